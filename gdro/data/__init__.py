@@ -1,0 +1,5 @@
+"""Datasets: the embedded synthetic copy task (and later DAPO-Math / evaluation benchmarks)."""
+
+from gdro.data.synthetic import CopyTask, Problem, from_hf_dataset, to_hf_dataset
+
+__all__ = ["CopyTask", "Problem", "from_hf_dataset", "to_hf_dataset"]

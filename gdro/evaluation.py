@@ -1,0 +1,70 @@
+"""Held-out evaluation: k samples per problem, mean@k and pass@k overall and per difficulty level."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from gdro.passk import pass_at_k
+from gdro.rollout.base import Generator, SamplingParams
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Periodic evaluation (conf/eval/*.yaml). Sampling defaults are the paper's validation settings."""
+
+    every: int = 25  # evaluate every N training steps (and always at the end); 0 = only at start/end
+    at_start: bool = True  # evaluate the initial policy before step 1
+    k: int = 8  # samples per problem → mean@k and pass@k
+    temperature: float = 0.6
+    top_p: float = 0.8
+    top_k: int = 20
+    max_problems: int | None = None  # evaluate only the first N held-out problems (None = all)
+    seed: int = 12345  # sampling seed: the same at every evaluation, so evaluations differ only by weights
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0, got {self.every}")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.max_problems is not None and self.max_problems < 1:
+            raise ValueError(f"max_problems must be >= 1 or null, got {self.max_problems}")
+        SamplingParams(self.temperature, self.top_p, self.top_k, 1)
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k, max_new_tokens)
+
+
+def summarize(correct: np.ndarray, group_index: np.ndarray, levels: Sequence[int], k: int, prefix: str = "eval") -> dict[str, float]:
+    """mean@k / pass@k (unbiased estimator) overall and per level from per-sample correctness."""
+    n_groups = len(levels)
+    n = np.bincount(group_index, minlength=n_groups)
+    c = np.bincount(group_index, weights=correct.astype(np.float64), minlength=n_groups)
+    mean_k = c / np.maximum(n, 1)
+    pass_k = pass_at_k(n, c.astype(np.int64), k)
+    out = {f"{prefix}/mean@{k}": 100.0 * float(mean_k.mean()), f"{prefix}/pass@{k}": 100.0 * float(pass_k.mean())}
+    by_level: dict[int, list[int]] = defaultdict(list)
+    for g, lv in enumerate(levels):
+        by_level[int(lv)].append(g)
+    for lv in sorted(by_level):
+        idx = np.asarray(by_level[lv])
+        out[f"{prefix}/mean@{k}/level_{lv}"] = 100.0 * float(mean_k[idx].mean())
+        out[f"{prefix}/pass@{k}/level_{lv}"] = 100.0 * float(pass_k[idx].mean())
+    return out
+
+
+def evaluate(engine: Generator, problems: Sequence, reward, cfg: EvalConfig, max_new_tokens: int) -> dict[str, float]:
+    """Sample ``cfg.k`` completions for each problem and score them; figures are percentages."""
+    probs = list(problems)[: cfg.max_problems] if cfg.max_problems else list(problems)
+    roll = engine.generate(
+        [p.prompt for p in probs], [cfg.k] * len(probs), seed=cfg.seed, sampling=cfg.sampling(max_new_tokens)
+    )
+    scored = reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+    out = summarize(scored.correct, roll.group_index, [p.level for p in probs], cfg.k)
+    out["eval/len_mean"] = float(roll.lengths.mean())
+    out["eval/truncated_frac"] = float((~roll.finished).mean())
+    out["eval/n_problems"] = float(len(probs))
+    return out

@@ -1,0 +1,320 @@
+"""GRPO policy loss: clipped surrogate, KL estimators, aggregation modes (paper Eq. 4-7; verl semantics).
+
+Shapes: ``B`` responses, ``T`` (padded) response tokens. ``logp``/``old_logp``/``ref_logp`` are token
+log-probs ``(B, T)`` of the sampled tokens under the current / behaviour / reference policy; ``adv`` is the
+scalar advantage of each response ``(B,)`` (Eq. 3), broadcast over its tokens; ``mask`` ``(B, T)`` marks
+valid tokens.
+
+Loss to *minimise* (verl ``compute_policy_loss`` "vanilla" + ``use_kl_loss``):
+    rho_t = exp(logp_t - old_logp_t)                                                     (Eq. 4)
+    pg_t  = max(-A rho_t, -A clip(rho_t, 1 - clip_low, 1 + clip_high))                 (-Eq. 5 per token)
+    loss  = agg(pg) + beta_kl * agg(kl(logp, ref_logp))                                 (Eq. 6, batched)
+
+Gradient accumulation. ``aggregate`` divides by a denominator that defaults to a count over the tensor it is
+given (valid tokens or sequences). Splitting a mini-batch into micro-batches and summing per-micro-batch
+losses therefore does NOT reproduce the mini-batch loss unless every micro-batch divides by the *mini-batch's*
+count: compute ``denom = aggregation_denom(minibatch_mask, agg)`` (and ``token_denom =
+aggregation_denom(minibatch_mask, "token-mean")`` for the token statistics) once per mini-batch, pass them to
+every micro-batch's ``grpo_loss``, and sum (do not average) the micro-batch losses and stats.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+__all__ = [
+    "AGG_MODES",
+    "KL_ESTIMATORS",
+    "LossConfig",
+    "aggregate",
+    "aggregation_denom",
+    "clipped_surrogate",
+    "grpo_loss",
+    "kl_penalty",
+    "per_response_kl",
+    "per_response_pg_loss",
+]
+
+AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
+# verl names: "kl" == "k1", "mse" == "k2", "low_var_kl" == "k3" (Schulman, "Approximating KL divergence").
+KL_ESTIMATORS = ("k1", "kl", "k2", "mse", "k3", "low_var_kl")
+_LOG_RATIO_CLAMP = 20.0  # verl clamps log-ratios to [-20, 20] before exp (no inf, no NaN gradients)
+_K3_CLAMP = 10.0  # verl clamps the k3 estimate to [-10, 10]
+
+
+def _check_2d(name: str, x: torch.Tensor, ref: torch.Tensor) -> None:
+    if x.dim() != 2 or x.shape != ref.shape:
+        raise ValueError(f"{name} must have shape (B, T) = {tuple(ref.shape)}, got {tuple(x.shape)}")
+
+
+def _check_adv(adv: torch.Tensor, logp: torch.Tensor) -> None:
+    if adv.dim() != 1 or adv.shape[0] != logp.shape[0]:
+        raise ValueError(f"adv must have shape (B,) = ({logp.shape[0]},), got {tuple(adv.shape)}")
+
+
+def _check_clip(clip_low: float, clip_high: float) -> None:
+    if not 0.0 < clip_low < 1.0:
+        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
+    if not (clip_high > 0.0 and math.isfinite(clip_high)):
+        raise ValueError(f"clip_high must be > 0, got {clip_high}")
+
+
+def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token KL(pi_theta || pi_ref) estimate on sampled tokens (the D_KL of Eq. 6, as verl computes it).
+
+    ``"k1"``/``"kl"``: ``logp - ref`` (unbiased, high variance, can be negative).
+    ``"k2"``/``"mse"``: ``0.5 (logp - ref)^2``.
+    ``"k3"``/``"low_var_kl"``: ``exp(ref - logp) - (ref - logp) - 1`` (unbiased, >= 0), with ``ref - logp``
+    clamped to [-20, 20] and the result clamped to [-10, 10] as in verl.
+
+    Returns:
+        ``(B, T)`` per-token estimates (unmasked).
+    """
+    _check_2d("ref_logp", ref_logp, logp)
+    if estimator in ("k1", "kl"):
+        return logp - ref_logp
+    if estimator in ("k2", "mse"):
+        return 0.5 * (logp - ref_logp).square()
+    if estimator in ("k3", "low_var_kl"):
+        log_r = (ref_logp - logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        return (torch.exp(log_r) - log_r - 1.0).clamp(-_K3_CLAMP, _K3_CLAMP)
+    raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
+
+
+def clipped_surrogate(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    *,
+    clip_ratio_c: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO clipped surrogate loss (negated Eq. 5 integrand, asymmetric clip as in Appendix A).
+
+    ``pg = max(-A rho, -A clip(rho, 1 - clip_low, 1 + clip_high))`` with ``rho = exp(logp - old_logp)``
+    (log-ratio clamped to [-20, 20] like verl). If ``clip_ratio_c`` is given (verl's dual-clip, default 3.0
+    there; off here), tokens with ``A < 0`` are further capped: ``pg = min(pg, -A * clip_ratio_c)``.
+
+    Returns:
+        ``(per_token_loss (B, T), clipped (B, T) bool)``; ``clipped`` is True where a clipped branch is
+        strictly active, i.e. where the token's gradient is zero (verl's ``pg_clipfrac`` indicator, OR-ed with
+        the dual-clip indicator when ``clip_ratio_c`` is set).
+    """
+    _check_2d("old_logp", old_logp, logp)
+    _check_adv(adv, logp)
+    _check_clip(clip_low, clip_high)
+    ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+    a = adv.unsqueeze(-1).to(logp.dtype)
+    loss_unclipped = -a * ratio
+    loss_clipped = -a * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(loss_unclipped, loss_clipped)
+    clipped = loss_clipped > loss_unclipped
+    if clip_ratio_c is not None:
+        if not (clip_ratio_c > 1.0 and math.isfinite(clip_ratio_c)):
+            raise ValueError(f"clip_ratio_c must be > 1, got {clip_ratio_c}")
+        cap = -a * clip_ratio_c
+        dual = (a < 0) & (loss > cap)
+        loss = torch.where(dual, cap.expand_as(loss), loss)
+        clipped = clipped | dual
+    return loss, clipped
+
+
+def aggregation_denom(mask: torch.Tensor, mode: str) -> float:
+    """Default denominator of ``aggregate(., mask, mode)``; compute it on the whole mini-batch's mask.
+
+    ``"token-mean"``: number of valid tokens. ``"seq-mean-token-mean"``: number of sequences with at least
+    one valid token. ``"seq-mean-token-sum"``: number of sequences (rows). Clamped to >= 1, so an empty batch
+    aggregates to 0 rather than NaN.
+    """
+    if mask.dim() != 2:
+        raise ValueError(f"mask must have shape (B, T), got {tuple(mask.shape)}")
+    valid = mask.detach() != 0
+    if mode == "token-mean":
+        count = int(valid.sum())
+    elif mode == "seq-mean-token-mean":
+        count = int(valid.any(dim=-1).sum())
+    elif mode == "seq-mean-token-sum":
+        count = mask.shape[0]
+    else:
+        raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
+    return float(max(count, 1))
+
+
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: str, denom: float | None = None
+) -> torch.Tensor:
+    """Reduce per-token values ``(B, T)`` to a scalar (verl ``agg_loss``), with an explicit denominator.
+
+    ``"token-mean"``: ``sum_{b,t} m v / denom`` (denom default: #valid tokens).
+    ``"seq-mean-token-mean"``: ``sum_b (sum_t m v / sum_t m) / denom`` (default: #sequences with >= 1 valid
+    token; a sequence without valid tokens contributes 0).
+    ``"seq-mean-token-sum"``: ``sum_b sum_t m v / denom`` (default: #sequences).
+
+    ``denom`` lets micro-batches of one mini-batch each divide by the mini-batch's global count (see
+    ``aggregation_denom``), so that the sum of micro-batch results equals the full mini-batch result exactly.
+    Masked-out entries never contribute, even if they hold inf/NaN.
+    """
+    _check_2d("mask", mask, values)
+    if denom is None:
+        denom = aggregation_denom(mask, mode)
+    elif not (denom > 0 and math.isfinite(denom)):
+        raise ValueError(f"denom must be a finite positive number, got {denom}")
+    valid = mask != 0
+    m = mask.to(values.dtype)
+    masked = torch.where(valid, values, torch.zeros_like(values)) * m
+    if mode == "token-mean":
+        total = masked.sum()
+    elif mode == "seq-mean-token-mean":
+        total = (masked.sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)).sum()
+    elif mode == "seq-mean-token-sum":
+        total = masked.sum()
+    else:
+        raise ValueError(f"mode must be one of {AGG_MODES}, got {mode!r}")
+    return total / denom
+
+
+def grpo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    clip_low: float,
+    clip_high: float,
+    beta_kl: float,
+    ref_logp: torch.Tensor | None = None,
+    kl_estimator: str = "low_var_kl",
+    agg: str = "token-mean",
+    denom: float | None = None,
+    token_denom: float | None = None,
+    clip_ratio_c: float | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO loss ``agg(pg) + beta_kl * agg(kl)`` (paper Eq. 4-6; verl actor loss with ``use_kl_loss``).
+
+    Args:
+        logp, old_logp, mask: ``(B, T)``; adv: ``(B,)`` (already multiplied by any Prompt-GDRO weights).
+        clip_low, clip_high: asymmetric clip range ``[1 - clip_low, 1 + clip_high]``.
+        clip_ratio_c: optional dual-clip cap for negative advantages (see ``clipped_surrogate``).
+        beta_kl: KL coefficient; the KL term is added only if > 0, and then ``ref_logp`` is required.
+        ref_logp: ``(B, T)`` reference-policy log-probs; if given with ``beta_kl == 0`` the KL is only logged.
+        kl_estimator: see ``kl_penalty``. agg: see ``aggregate``.
+        denom: denominator for ``agg`` (mini-batch global count under gradient accumulation).
+        token_denom: number of valid tokens of the mini-batch, used for the token statistics; defaults to
+            ``denom`` when ``agg == "token-mean"``, else to this batch's token count.
+
+    Returns:
+        ``(loss, stats)``. ``stats`` holds detached scalars that sum exactly over the micro-batches of a
+        mini-batch when ``denom``/``token_denom`` are the mini-batch's counts: ``"pg_loss"`` and ``"kl"``
+        (aggregated with ``agg``/``denom``; ``kl`` is 0 without ``ref_logp``), ``"clip_frac"`` (fraction of
+        valid tokens with ``clipped`` set) and ``"ratio_mean"`` (token mean of rho), both over
+        ``token_denom``.
+    """
+    _check_2d("mask", mask, logp)
+    if not (beta_kl >= 0 and math.isfinite(beta_kl)):
+        raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
+    if beta_kl > 0 and ref_logp is None:
+        raise ValueError(f"ref_logp is required when beta_kl > 0 (beta_kl={beta_kl})")
+    if token_denom is None:
+        token_denom = denom if (agg == "token-mean" and denom is not None) else None
+
+    pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
+    pg_loss = aggregate(pg, mask, agg, denom)
+    loss = pg_loss
+    if ref_logp is not None:
+        kl = aggregate(kl_penalty(logp, ref_logp, kl_estimator), mask, agg, denom)
+        if beta_kl > 0:
+            loss = loss + beta_kl * kl
+    else:
+        kl = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
+    with torch.no_grad():
+        ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+        stats = {
+            "pg_loss": pg_loss.detach(),
+            "kl": kl.detach(),
+            "clip_frac": aggregate(clipped.to(logp.dtype), mask, "token-mean", token_denom),
+            "ratio_mean": aggregate(ratio, mask, "token-mean", token_denom),
+        }
+    return loss, stats
+
+
+def _token_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` masked token mean of each row; a row without valid tokens gives 0."""
+    m = mask.to(values.dtype)
+    masked = torch.where(mask != 0, values, torch.zeros_like(values)) * m
+    return masked.sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)
+
+
+@torch.no_grad()
+def per_response_pg_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    adv: torch.Tensor,
+    mask: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+    *,
+    clip_ratio_c: float | None = None,
+) -> torch.Tensor:
+    """Per-response token mean of the clipped PG loss, ``-J^CLIP_{i,j}`` (Eq. 5; Eq. 6 without the KL term).
+
+    This is the official code's controller signal (``per_sample_pg_loss``): pass the *unweighted*
+    advantages. Computed without gradient. Returns ``(B,)``.
+    """
+    _check_2d("mask", mask, logp)
+    pg, _ = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
+    return _token_mean_per_row(pg, mask)
+
+
+@torch.no_grad()
+def per_response_kl(
+    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "low_var_kl"
+) -> torch.Tensor:
+    """Per-response token mean of the KL estimate (the D_KL term of Eq. 6), no gradient. Returns ``(B,)``.
+
+    ``per_response_pg_loss + beta_kl * per_response_kl`` is the paper's full Eq. 6 signal.
+    """
+    _check_2d("mask", mask, logp)
+    return _token_mean_per_row(kl_penalty(logp, ref_logp, estimator), mask)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Hyperparameters of the GRPO loss and advantages (paper Appendix A / verl defaults used by the code).
+
+    clip_low / clip_high: asymmetric PPO clip epsilons (0.2 / 0.28). beta_kl: KL loss coefficient (0.001).
+    kl_estimator: ``kl_penalty`` name (verl ``low_var_kl``). agg: ``aggregate`` mode (verl ``token-mean``).
+    clip_ratio_c: dual-clip cap for A < 0 (None = off; verl's default, used by the official runs, is 3.0).
+    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta_kl: float = 0.001
+    kl_estimator: str = "low_var_kl"
+    agg: str = "token-mean"
+    norm_adv_by_std: bool = True
+    adv_eps: float = 1e-6
+    unbiased_std: bool = False
+    clip_ratio_c: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.clip_low < 1.0:
+            raise ValueError(f"clip_low must be in (0, 1), got {self.clip_low}")
+        if not (self.clip_high > 0.0 and math.isfinite(self.clip_high)):
+            raise ValueError(f"clip_high must be > 0, got {self.clip_high}")
+        if not (self.beta_kl >= 0.0 and math.isfinite(self.beta_kl)):
+            raise ValueError(f"beta_kl must be >= 0, got {self.beta_kl}")
+        if self.clip_ratio_c is not None and not (
+            self.clip_ratio_c > 1.0 and math.isfinite(self.clip_ratio_c)
+        ):
+            raise ValueError(f"clip_ratio_c must be > 1 or None, got {self.clip_ratio_c}")
+        if self.kl_estimator not in KL_ESTIMATORS:
+            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
+        if self.agg not in AGG_MODES:
+            raise ValueError(f"agg must be one of {AGG_MODES}, got {self.agg!r}")
+        if not (self.adv_eps >= 0.0 and math.isfinite(self.adv_eps)):
+            raise ValueError(f"adv_eps must be >= 0, got {self.adv_eps}")

@@ -1,0 +1,188 @@
+"""The policy side of a GRPO step: recompute log-probs, then clipped-surrogate updates (paper Eq. 4–7).
+
+Sequences are laid out as generation saw them: the prompt left-padded to the batch's longest prompt,
+the completion right-padded after it, positions counted from the first real token. The training
+log-probs therefore equal the sampler's (``RolloutBatch.logprobs``) up to float rounding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from gdro.loss import LossConfig, grpo_loss
+from gdro.rollout.base import RolloutBatch
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """Optimiser and update schedule (conf/optim/*.yaml)."""
+
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    warmup_steps: int = 0
+    grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
+    ppo_epochs: int = 1
+    mini_batches: int = 1  # optimiser steps per epoch; rollouts are split into this many mini-batches
+    micro_batch_size: int = 64  # rollouts per forward/backward (gradient accumulation)
+    skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
+
+    def __post_init__(self) -> None:
+        checks = [
+            ("lr", self.lr > 0, "must be > 0"),
+            ("weight_decay", self.weight_decay >= 0, "must be >= 0"),
+            ("beta1", 0 <= self.beta1 < 1, "must be in [0, 1)"),
+            ("beta2", 0 <= self.beta2 < 1, "must be in [0, 1)"),
+            ("eps", self.eps > 0, "must be > 0"),
+            ("warmup_steps", self.warmup_steps >= 0, "must be >= 0"),
+            ("grad_clip", self.grad_clip >= 0, "must be >= 0 (0 disables clipping)"),
+            ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
+            ("mini_batches", self.mini_batches >= 1, "must be >= 1"),
+            ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
+        ]
+        for key, ok, why in checks:
+            if not ok:
+                raise ValueError(f"{key} {why}, got {getattr(self, key)}")
+
+    def make(self, params) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        opt = torch.optim.AdamW(
+            params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
+        )
+        warm = self.warmup_steps
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)
+        return opt, sched
+
+
+@dataclass
+class TokenBatch:
+    """Padded tensors for a set of rollout rows: prompt left-padded, completion right-padded."""
+
+    input_ids: torch.Tensor  # (B, P+L)
+    attention_mask: torch.Tensor  # (B, P+L)
+    position_ids: torch.Tensor  # (B, P+L)
+    completion: torch.Tensor  # (B, L) completion token ids (pad after the end)
+    mask: torch.Tensor  # (B, L) 1.0 on completion tokens
+    prompt_width: int
+
+
+def make_token_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int) -> TokenBatch:
+    prompts = [roll.prompt_token_ids[roll.group_index[i]] for i in rows]
+    comps = [roll.completion_ids[i] for i in rows]
+    p_w, c_w = max(len(p) for p in prompts), max(max(len(c) for c in comps), 1)
+    b = len(rows)
+    ids = torch.full((b, p_w + c_w), pad_id, dtype=torch.long)
+    att = torch.zeros((b, p_w + c_w), dtype=torch.long)
+    for j, (p, c) in enumerate(zip(prompts, comps)):
+        ids[j, p_w - len(p) : p_w] = torch.tensor(p, dtype=torch.long)
+        ids[j, p_w : p_w + len(c)] = torch.tensor(c, dtype=torch.long)
+        att[j, p_w - len(p) : p_w + len(c)] = 1
+    pos = (att.cumsum(-1) - 1).clamp(min=0)
+    return TokenBatch(ids, att, pos, ids[:, p_w:], att[:, p_w:].float(), p_w)
+
+
+def completion_logprobs(model, tb: TokenBatch, temperature: float) -> torch.Tensor:
+    """log π(y_t | x, y_<t) of each completion token at the sampling temperature, (B, L)."""
+    out = model(input_ids=tb.input_ids, attention_mask=tb.attention_mask, position_ids=tb.position_ids)
+    logits = out.logits[:, tb.prompt_width - 1 : -1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, tb.completion.unsqueeze(-1)).squeeze(-1)
+
+
+def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float) -> list[torch.Tensor]:
+    """Per-row log-probs (unpadded 1-D tensors) without gradient, in micro-batches."""
+    out: list[torch.Tensor] = []
+    with torch.no_grad():
+        for s in range(0, len(rows), micro):
+            part = rows[s : s + micro]
+            tb = make_token_batch(roll, part, pad_id)
+            lp = completion_logprobs(model, tb, temp)
+            out += [lp[j, : len(roll.completion_ids[i])] for j, i in enumerate(part)]
+    return out
+
+
+def _stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    buf = torch.zeros(len(rows), width)
+    for j, r in enumerate(rows):
+        buf[j, : len(r)] = r
+    return buf
+
+
+def ppo_update(
+    model,
+    optimizer: torch.optim.Optimizer,
+    scheduler,
+    roll: RolloutBatch,
+    adv: torch.Tensor,
+    loss_cfg: LossConfig,
+    optim_cfg: OptimConfig,
+    *,
+    temperature: float,
+    pad_id: int,
+    rng: np.random.Generator,
+    ref_model=None,
+) -> dict[str, float | None]:
+    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics.
+
+    With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the
+    old log-probs are the current ones (detached): no extra forward pass.
+    """
+    n = len(roll)
+    lengths = roll.lengths
+    single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
+    all_rows = np.arange(n)
+    old = None if single_step else logprobs_no_grad(model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
+    ref = None
+    if loss_cfg.beta_kl > 0:
+        if ref_model is None:
+            raise ValueError("loss.beta_kl > 0 needs a reference model")
+        ref = logprobs_no_grad(ref_model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
+    skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
+    totals: dict[str, float] = {}
+    grad_norms = []
+    model.train()
+    for _epoch in range(optim_cfg.ppo_epochs):
+        order = all_rows if single_step else rng.permutation(n)
+        for mb in np.array_split(order, optim_cfg.mini_batches):
+            if len(mb) == 0:
+                continue
+            # mini-batch-wide denominators: micro-batch losses then sum to the mini-batch loss exactly
+            n_tok = float(lengths[mb].sum())
+            n_seq = float((lengths[mb] > 0).sum()) if loss_cfg.agg == "seq-mean-token-mean" else float(len(mb))
+            rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
+            optimizer.zero_grad(set_to_none=True)
+            for s in range(0, len(rows), optim_cfg.micro_batch_size):
+                part = rows[s : s + optim_cfg.micro_batch_size]
+                tb = make_token_batch(roll, part, pad_id)
+                logp = completion_logprobs(model, tb, temperature)
+                width = logp.shape[1]
+                old_lp = logp.detach() if old is None else _stack([old[i] for i in part], width)
+                ref_lp = None if ref is None else _stack([ref[i] for i in part], width)
+                loss, stats = grpo_loss(
+                    logp, old_lp, adv[part].to(logp.dtype), tb.mask,
+                    clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, beta_kl=loss_cfg.beta_kl,
+                    ref_logp=ref_lp, kl_estimator=loss_cfg.kl_estimator, agg=loss_cfg.agg,
+                    denom=n_tok if loss_cfg.agg == "token-mean" else n_seq, token_denom=n_tok,
+                    clip_ratio_c=loss_cfg.clip_ratio_c,
+                )
+                loss.backward()
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + float(v)
+                totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
+            # clip_grad_norm_ with max_norm=inf only measures the norm (0 when no row had gradient)
+            gn = torch.nn.utils.clip_grad_norm_(model.parameters(), optim_cfg.grad_clip or float("inf"))
+            grad_norms.append(float(gn))
+            optimizer.step()
+    scheduler.step()
+    n_steps = optim_cfg.ppo_epochs * optim_cfg.mini_batches
+    out = {f"train/{k}": v / n_steps for k, v in totals.items()}
+    if ref is None:
+        out["train/kl"] = None  # no reference model (beta_kl = 0): KL to π_ref is not measured
+    out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+    out["train/lr"] = float(scheduler.get_last_lr()[0])
+    out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
+    return out

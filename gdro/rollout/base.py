@@ -1,0 +1,93 @@
+"""The rollout-engine protocol and the ragged batch it returns.
+
+A batch is *ragged* from the start: prompt ``g`` receives ``group_sizes[g]`` rollouts, and every
+rollout row carries ``group_index[i] = g``. Nothing downstream reshapes by a fixed ``n``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling parameters of one generation call."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 = no top-k truncation
+    max_new_tokens: int = 16
+
+    def __post_init__(self) -> None:
+        if not self.temperature > 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+@dataclass
+class RolloutBatch:
+    """Ragged rollouts for ``G`` prompts, ``N = sum(group_sizes)`` completions.
+
+    ``logprobs[i]`` are the sampled tokens' log-probabilities under the policy at the sampling
+    temperature (``log_softmax(logits / T)``, before top-k/top-p truncation) — the same quantity the
+    trainer recomputes, so the two can be compared.
+    """
+
+    prompt_token_ids: list[list[int]]  # (G,) tokenised prompts (chat template applied)
+    group_index: np.ndarray  # (N,) int64, prompt of each rollout
+    completion_ids: list[list[int]]  # (N,) sampled tokens, including EOS when emitted
+    logprobs: list[np.ndarray]  # (N,) float32 arrays, one value per completion token
+    texts: list[str]  # (N,) decoded completions, special tokens removed
+    finish_reasons: list[str]  # (N,) "stop" (EOS emitted) | "length" (hit max_new_tokens)
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.prompt_token_ids)
+
+    @property
+    def group_sizes(self) -> np.ndarray:
+        return np.bincount(self.group_index, minlength=self.num_groups)
+
+    @property
+    def finished(self) -> np.ndarray:
+        return np.array([r == "stop" for r in self.finish_reasons], dtype=bool)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.array([len(c) for c in self.completion_ids], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+
+class Generator(Protocol):
+    """What the trainer needs from a rollout engine."""
+
+    def generate(
+        self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
+    ) -> RolloutBatch:
+        """Sample ``n[g]`` completions for ``prompts[g]`` (``n[g]`` may be 0), deterministically in ``seed``."""
+        ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Make the engine sample from ``model``'s current weights."""
+        ...
+
+
+def expand_groups(n: Sequence[int]) -> np.ndarray:
+    """``group_index`` for per-prompt counts ``n``: prompt g repeated n[g] times, in prompt order."""
+    counts = np.asarray(n, dtype=np.int64)
+    if counts.ndim != 1:
+        raise ValueError(f"n must be a 1-D sequence of per-prompt rollout counts, got shape {counts.shape}")
+    if (counts < 0).any():
+        raise ValueError(f"n must be >= 0 for every prompt, got min {counts.min()}")
+    return np.repeat(np.arange(len(counts), dtype=np.int64), counts)

@@ -1,0 +1,149 @@
+"""HF ``generate`` rollout engine: batched, left-padded, ragged, seeded — the default on CPU.
+
+It samples from the very model object the trainer updates, so its weights are always the current
+policy's; ``sync_weights`` only checks that this is so.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
+
+
+@dataclass(frozen=True)
+class HFEngineConfig:
+    """Hyperparameters of the HF engine (conf/rollout/hf.yaml)."""
+
+    batch_size: int = 512  # rollout rows per generate() call
+    temperature: float = 1.0  # training-time sampling
+    top_p: float = 1.0
+    top_k: int = 0
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        SamplingParams(self.temperature, self.top_p, self.top_k, 1)  # validates the sampling values
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k, max_new_tokens)
+
+
+def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
+    """Every id that ends a completion: the generation config's EOS id(s) and the tokenizer's."""
+    ids: set[int] = set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos is not None:
+        ids.update(int(i) for i in gen_eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    if not ids:
+        raise ValueError("the model has no EOS token id (generation_config.eos_token_id and tokenizer.eos_token)")
+    return sorted(ids)
+
+
+def encode_prompts(tokenizer, prompts: Sequence[str], *, use_chat_template: bool, max_prompt_len: int) -> list[list[int]]:
+    """Token ids of each prompt, as a single user turn when ``use_chat_template``; too-long prompts are an error."""
+    if use_chat_template:
+        texts = [
+            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
+            for p in prompts
+        ]
+    else:
+        texts = list(prompts)
+    ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
+    for i, row in enumerate(ids):
+        if len(row) > max_prompt_len:
+            raise ValueError(
+                f"prompt {i} has {len(row)} tokens > model.max_prompt_len={max_prompt_len}: {prompts[i][:80]!r}..."
+            )
+    return [list(r) for r in ids]
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``input_ids`` and ``attention_mask`` for token rows of unequal length."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
+class HFGenerator:
+    """Rollouts with ``model.generate`` (sampling), chunked into batches of ``batch_size`` rows."""
+
+    def __init__(self, model, tokenizer, *, use_chat_template: bool, max_prompt_len: int, batch_size: int = 512):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.use_chat_template = use_chat_template
+        self.max_prompt_len = max_prompt_len
+        self.batch_size = batch_size
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        if model is not self.model:
+            raise ValueError("HFGenerator samples from the policy object itself; pass that same model")
+
+    def generate(
+        self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
+    ) -> RolloutBatch:
+        if len(prompts) != len(n):
+            raise ValueError(f"got {len(prompts)} prompts but {len(n)} rollout counts")
+        prompt_ids = encode_prompts(
+            self.tokenizer, prompts, use_chat_template=self.use_chat_template, max_prompt_len=self.max_prompt_len
+        )
+        group_index = expand_groups(n)
+        completions: list[list[int]] = []
+        logprobs: list[np.ndarray] = []
+        was_training = self.model.training
+        self.model.eval()
+        # A private RNG stream: sampling is a pure function of (weights, prompts, n, seed).
+        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+            torch.manual_seed(seed)
+            for start in range(0, len(group_index), self.batch_size):
+                rows = [prompt_ids[g] for g in group_index[start : start + self.batch_size]]
+                c, lp = self._generate_chunk(rows, sampling)
+                completions += c
+                logprobs += lp
+        self.model.train(was_training)
+        finish = ["stop" if c and c[-1] in self.eos_ids else "length" for c in completions]
+        texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        return RolloutBatch(prompt_ids, group_index, completions, logprobs, texts, finish)
+
+    def _generate_chunk(self, rows: list[list[int]], sp: SamplingParams) -> tuple[list[list[int]], list[np.ndarray]]:
+        input_ids, attention_mask = left_pad(rows, self.pad_id)
+        out = self.model.generate(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            do_sample=True,
+            temperature=sp.temperature,
+            top_p=sp.top_p,
+            top_k=sp.top_k,
+            max_new_tokens=sp.max_new_tokens,
+            eos_token_id=self.eos_ids,
+            pad_token_id=self.pad_id,
+            return_dict_in_generate=True,
+            output_logits=True,
+        )
+        new = out.sequences[:, input_ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float() / sp.temperature  # (B, L, V), before top-k/top-p
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        is_eos = torch.isin(new, torch.tensor(self.eos_ids))
+        completions, logprobs = [], []
+        for i in range(new.shape[0]):
+            hits = torch.nonzero(is_eos[i]).flatten()
+            length = int(hits[0]) + 1 if len(hits) else new.shape[1]
+            completions.append(new[i, :length].tolist())
+            logprobs.append(lp[i, :length].numpy().astype(np.float32))
+        return completions, logprobs

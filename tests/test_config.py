@@ -1,0 +1,116 @@
+"""Every option of every config group composes and instantiates; bad input fails early and clearly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hydra.errors import MissingConfigException
+from omegaconf import OmegaConf
+
+from gdro.build import GROUPS, ConfigError, build_components
+from tests.conftest import CONF, REPO, compose_cfg
+
+
+def options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+ALL = [(g, o) for g in GROUPS for o in options(g)]
+
+
+def test_every_group_has_options():
+    for g in GROUPS:
+        assert options(g), f"config group {g} has no options"
+
+
+@pytest.mark.parametrize(("group", "option"), ALL, ids=[f"{g}={o}" for g, o in ALL])
+def test_compose_and_instantiate_every_option(group, option):
+    cfg = compose_cfg([f"{group}={option}"])
+    comp = build_components(cfg)  # instantiates every group; loads no model weights
+    target = OmegaConf.select(cfg, f"{group}._target_")
+    obj = comp[group]
+    assert f"{type(obj).__module__}.{type(obj).__qualname__}" == target
+
+
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_experiments_compose(experiment):
+    cfg = compose_cfg([f"experiment={experiment}"])
+    build_components(cfg)
+
+
+def test_paper_experiment_values():
+    cfg = compose_cfg(["experiment=paper", "model=qwen3-1.7b"])
+    comp = build_components(cfg)
+    assert comp["model"].name_or_path == "Qwen/Qwen3-1.7B-Base"
+    assert comp["model"].dtype == "bfloat16"
+    assert comp["loss"].clip_low == 0.2 and comp["loss"].clip_high == 0.28 and comp["loss"].beta_kl == 0.001
+    assert comp["optim"].lr == 1e-6 and comp.run.prompts_per_step == 256 and comp.run.rollouts_per_prompt == 4
+    assert comp["reward"].incorrect == -1.0
+
+
+@pytest.mark.parametrize("size", ["1.7B", "4B", "8B"])
+def test_qwen3_options_name_real_models(size):
+    cfg = compose_cfg([f"model=qwen3-{size.lower()}"])
+    assert cfg.model.name_or_path == f"Qwen/Qwen3-{size}-Base"
+    assert cfg.model.max_new_tokens == 4096
+
+
+def test_unknown_option_names_choices():
+    with pytest.raises(MissingConfigException) as err:
+        compose_cfg(["sampler=nope"])
+    assert "uniform" in str(err.value)  # Hydra lists the available options
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("optim.lr=-1e-4", "lr"),
+        ("loss.clip_low=0", "clip_low"),
+        ("loss.clip_high=-0.1", "clip_high"),
+        ("loss.beta_kl=-1", "beta_kl"),
+        ("loss.agg=bogus", "agg"),
+        ("eval.k=0", "k"),
+        ("steps=-3", "steps"),
+        ("prompts_per_step=0", "prompts_per_step"),
+        ("rollouts_per_prompt=0", "rollouts_per_prompt"),
+        ("rollout.temperature=0", "temperature"),
+        ("rollout.top_p=1.5", "top_p"),
+        ("reward.timeout_s=0", "timeout_s"),
+        ("model.dtype=float7", "dtype"),
+        ("model.max_new_tokens=0", "max_new_tokens"),
+        ("data.max_level=0", "max_level"),
+        ("optim.micro_batch_size=0", "micro_batch_size"),
+        ("logger.wandb_mode=sometimes", "wandb_mode"),
+    ],
+)
+def test_invalid_values_name_the_key(override, key):
+    cfg = compose_cfg([override])
+    with pytest.raises(ConfigError) as err:
+        build_components(cfg)
+    assert key in str(err.value)
+
+
+def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
+    # the model path does not exist: if the model were loaded first, the error would be about it
+    proc = subprocess.run(
+        [sys.executable, "-m", "gdro.cli", "optim.lr=-1", "model.name_or_path=nonexistent-org/nonexistent-model",
+         f"hydra.run.dir={tmp_path}/run"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode != 0
+    assert "lr must be > 0" in proc.stderr
+    assert "nonexistent" not in proc.stderr
+    assert not (tmp_path / "run" / "metrics.jsonl").exists()
+
+
+def test_cli_prints_composed_config():
+    proc = subprocess.run(
+        [sys.executable, "-m", "gdro.cli", "--cfg", "job", "sampler=uniform"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    cfg = OmegaConf.create(proc.stdout)
+    assert set(GROUPS) <= set(cfg.keys()) and "seed" in cfg and "steps" in cfg
