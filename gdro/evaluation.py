@@ -22,7 +22,7 @@ class EvalConfig:
     temperature: float = 0.6
     top_p: float = 0.8
     top_k: int = 20
-    max_problems: int | None = None  # evaluate only the first N held-out problems (None = all)
+    max_problems: int | None = None  # evaluate N held-out problems, evenly spaced (None = all)
     seed: int = 12345  # sampling seed: the same at every evaluation, so evaluations differ only by weights
 
     def __post_init__(self) -> None:
@@ -36,6 +36,15 @@ class EvalConfig:
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
         return SamplingParams(self.temperature, self.top_p, self.top_k, max_new_tokens)
+
+
+def subset(problems: Sequence, max_problems: int | None) -> list:
+    """All problems, or ``max_problems`` of them evenly spaced through the split (so every level stays)."""
+    probs = list(problems)
+    if max_problems is None or max_problems >= len(probs):
+        return probs
+    idx = np.unique(np.linspace(0, len(probs) - 1, max_problems).round().astype(np.int64))
+    return [probs[i] for i in idx]
 
 
 def summarize(correct: np.ndarray, group_index: np.ndarray, levels: Sequence[int], k: int, prefix: str = "eval") -> dict[str, float]:
@@ -58,7 +67,7 @@ def summarize(correct: np.ndarray, group_index: np.ndarray, levels: Sequence[int
 
 def evaluate(engine: Generator, problems: Sequence, reward, cfg: EvalConfig, max_new_tokens: int) -> dict[str, float]:
     """Sample ``cfg.k`` completions for each problem and score them; figures are percentages."""
-    probs = list(problems)[: cfg.max_problems] if cfg.max_problems else list(problems)
+    probs = subset(problems, cfg.max_problems)
     roll = engine.generate(
         [p.prompt for p in probs], [cfg.k] * len(probs), seed=cfg.seed, sampling=cfg.sampling(max_new_tokens)
     )

@@ -12,6 +12,7 @@ so GRPO has headroom: see ``build_tiny`` and ``scripts/build_tiny_model.py``.
 from __future__ import annotations
 
 import json
+import math
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -115,19 +116,27 @@ def _sft_loss(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         logits[:, :-1].reshape(-1, logits.shape[-1]).float(), batch["labels"][:, 1:].reshape(-1), ignore_index=-100)
 
 
+def _lr_factor(step: int, steps: int, warmup: int, min_ratio: float) -> float:
+    """Linear warmup over ``warmup`` steps, then cosine from 1 to ``min_ratio`` (1.0 = constant)."""
+    if step < warmup:
+        return (step + 1) / warmup
+    frac = (step - warmup) / max(1, steps - warmup)
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
+
+
 def build_tiny(out_dir: str | Path, *, task: CopyTask | None = None, sft_steps: int = 150, batch_size: int = 128,
-               lr: float = 2e-3, warmup: int = 50, sft_decay: float = 0.6, seed: int = 0,
-               progress: bool = True) -> Path:
+               lr: float = 2e-3, warmup: int = 50, min_lr_ratio: float = 1.0, sft_decay: float = 0.6,
+               seed: int = 0, progress: bool = True) -> Path:
     """Build the tiny Qwen3 + tokenizer and warm-start it by SFT on the copy task; save to ``out_dir``.
 
     Deterministic for a fixed seed and thread count (single process, seeded torch and numpy). SFT problems have
     levels ∝ ``sft_decay``^L over the task's levels and never use a held-out string. AdamW, lr warmed up
     linearly over ``warmup`` steps then constant; stopped early on purpose so the long levels stay unsolved.
     """
-    from tqdm.auto import tqdm
-    from transformers import GenerationConfig, Qwen3ForCausalLM
     import tokenizers
     import transformers
+    from tqdm.auto import tqdm
+    from transformers import GenerationConfig, Qwen3ForCausalLM
 
     task = task if task is not None else CopyTask()
     out = Path(out_dir)
@@ -138,7 +147,7 @@ def build_tiny(out_dir: str | Path, *, task: CopyTask | None = None, sft_steps: 
     config = tiny_config(len(tokenizer), eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
     model = Qwen3ForCausalLM(config).train()
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, warmup)))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: _lr_factor(s, sft_steps, warmup, min_lr_ratio))
     problems = task.sample_problems(sft_steps * batch_size, rng, decay=sft_decay)
     t0, loss_ema = time.perf_counter(), float("nan")
     bar = tqdm(range(sft_steps), desc="SFT warm start", disable=not progress)
@@ -159,7 +168,7 @@ def build_tiny(out_dir: str | Path, *, task: CopyTask | None = None, sft_steps: 
     tokenizer.save_pretrained(str(out))
     record = {
         "args": {"sft_steps": sft_steps, "batch_size": batch_size, "lr": lr, "warmup": warmup,
-                 "sft_decay": sft_decay, "seed": seed, "task": asdict(task)},
+                 "min_lr_ratio": min_lr_ratio, "sft_decay": sft_decay, "seed": seed, "task": asdict(task)},
         "final_loss_ema": loss_ema,
         "num_params": sum(p.numel() for p in model.parameters()),
         "torch_num_threads": torch.get_num_threads(),

@@ -102,7 +102,8 @@ def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
     )
     assert proc.returncode != 0
     assert "lr must be > 0" in proc.stderr
-    assert "nonexistent" not in proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "ModelUnavailable" not in out and "loading model" not in out
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
 

@@ -7,17 +7,17 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-from collections import Counter  # noqa: E402
+import json
+import subprocess
+import sys
+from collections import Counter
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
-from gdro.data.synthetic import CopyTask, Problem, copy_completion, from_hf_dataset, to_hf_dataset  # noqa: E402
-from gdro.models import (  # noqa: E402
+from gdro.data.synthetic import CopyTask, Problem, copy_completion, from_hf_dataset, to_hf_dataset
+from gdro.models import (
     TINY_DIR,
     ModelSpec,
     ModelUnavailableError,
