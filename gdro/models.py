@@ -124,14 +124,20 @@ def _lr_factor(step: int, steps: int, warmup: int, min_ratio: float) -> float:
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * min(1.0, frac)))
 
 
-def build_tiny(out_dir: str | Path, *, task: CopyTask | None = None, sft_steps: int = 150, batch_size: int = 128,
-               lr: float = 2e-3, warmup: int = 50, min_lr_ratio: float = 1.0, sft_decay: float = 0.6,
+def build_tiny(out_dir: str | Path, *, task: CopyTask | None = None, sft_steps: int = 70, batch_size: int = 128,
+               lr: float = 2e-3, warmup: int = 50, min_lr_ratio: float = 0.1, sft_decay: float = 0.6,
                seed: int = 0, progress: bool = True) -> Path:
     """Build the tiny Qwen3 + tokenizer and warm-start it by SFT on the copy task; save to ``out_dir``.
 
     Deterministic for a fixed seed and thread count (single process, seeded torch and numpy). SFT problems have
-    levels ∝ ``sft_decay``^L over the task's levels and never use a held-out string. AdamW, lr warmed up
-    linearly over ``warmup`` steps then constant; stopped early on purpose so the long levels stay unsolved.
+    levels ∝ ``sft_decay``^L over the task's levels and never use a held-out string; the loss is the token mean
+    over completion tokens (``\\boxed{...}`` + EOS). AdamW, lr warmed up linearly over ``warmup`` steps, then
+    cosine down to ``min_lr_ratio * lr``.
+
+    The defaults were measured (seed 0, 2 threads, ~16 s) to stop on purpose mid-way: held-out mean@8 at
+    T=0.6/top-p 0.8/top-k 20 is ≥ 95% on L1–L5, 61% on L6, 29% on L7 and 3% on L8 (overall 69.5; 44.6 at T=1),
+    leaving GRPO a frontier and a hard tail. The cosine decay matters: at a constant lr the checkpoint is caught
+    mid-oscillation (easy levels drop below 90% at some steps). Other seeds move the frontier by about a level.
     """
     import tokenizers
     import transformers
@@ -194,7 +200,7 @@ class ModelSpec:
 
     Args:
         name_or_path: a hub id (``Qwen/Qwen3-1.7B-Base``), a local directory, or ``"tiny"``.
-        max_prompt_len: prompts longer than this (in tokens) are truncated / rejected by the data layer.
+        max_prompt_len: longest prompt in tokens (the rollout engine rejects longer ones).
         max_new_tokens: generation budget per completion.
         dtype: weights dtype: float32 | bfloat16 | float16.
         attn_implementation: passed to ``from_pretrained`` (e.g. "sdpa", "eager", "flash_attention_2"); None = default.
@@ -244,7 +250,7 @@ def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavail
         offline = os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes")
         hint = ("it is not in the local Hugging Face cache"
                 + (" and HF_HUB_OFFLINE is set" if offline else " and could not be downloaded")
-                + f". Download it first (`huggingface-cli download {path}`) with network access, point HF_HOME"
+                + f". Download it first (`hf download {path}`) with network access, point HF_HOME"
                   " at a cache that holds it, or pass a local directory as name_or_path")
     return ModelUnavailableError(f"Cannot load model {path!r}: {hint}. (Underlying error: {err})")
 

@@ -52,12 +52,19 @@ def test_splits_are_deterministic_and_seeded():
 
 def test_splits_are_disjoint_and_sft_excludes_test():
     task = CopyTask()
-    test_strings = {p.answer for p in task.test()}
-    assert test_strings.isdisjoint(p.answer for p in task.train())
-    sft = task.sample_problems(5000, np.random.default_rng(0))
-    assert test_strings.isdisjoint(p.answer for p in sft)
-    # every level is present in both splits, even the tiny level-1 space (9 strings: 4 held out, 5 for training)
-    assert {p.level for p in task.train()} == {p.level for p in task.test()} == set(range(1, 9))
+    test = task.test()
+    # level 1 (9 strings, fewer than test_per_level) is the one documented shared level; all others are disjoint
+    assert [level for level in range(1, 9) if task.is_shared(level)] == [1]
+    held_out = {p.answer for p in test if p.level > 1}
+    assert held_out == task.test_strings()
+    assert held_out.isdisjoint(p.answer for p in task.train())
+    assert held_out.isdisjoint(p.answer for p in task.sample_problems(5000, np.random.default_rng(0)))
+    assert {p.level for p in task.train()} == {p.level for p in test} == set(range(1, 9))
+    # with a small held-out quota level 1 is split too: 4 digits held out, the other 5 for training
+    small = CopyTask(test_per_level=5, train_size=500)
+    assert not small.is_shared(1)
+    ones = {p.answer for p in small.test() if p.level == 1}
+    assert len(ones) == 4 and ones.isdisjoint(p.answer for p in small.train())
 
 
 def test_test_split_is_uniform_and_large_enough():
@@ -66,7 +73,7 @@ def test_test_split_is_uniform_and_large_enough():
     counts = Counter(p.level for p in test)
     assert len(test) >= 300
     assert len({p.answer for p in test}) == len(test)  # no duplicates within the held-out split
-    assert counts[1] == 4 and counts[2] == 40  # at most half of a tiny level's space is held out
+    assert counts[1] == 9 and counts[2] == 40  # a shared level holds its whole space; L=2 holds out half
     assert all(counts[level] == task.test_per_level for level in range(3, 9))
 
 

@@ -3,7 +3,7 @@
 ``Copy: 3 8 9 1 9 2.`` → ``\\boxed{389192}`` (then the end-of-sequence token). Digits are 1–9 and the *level*
 ``L`` is the number of digits. Per-token errors compound, so difficulty grows steeply with ``L``: a warm-started
 0.8M-parameter model solves the short levels, sits on a frontier in the middle and rarely solves the long ones,
-and plain GRPO measurably improves it within minutes of CPU (see ``docs`` / the toy-task notes).
+and plain GRPO measurably improves it within minutes of CPU.
 
 The train split is heavy-tailed over levels (most problems easy, a long tail of hard ones); the held-out split is
 uniform over levels. ``Problem.level`` is ground truth kept for *analysis only* — difficulty-aware controllers
@@ -11,11 +11,18 @@ must never read it (they estimate difficulty online from rewards).
 
 Splits are deterministic functions of ``seed`` (independent of the run seed) and disjoint: the test split is
 generated first and its digit strings are excluded from the train split and from SFT warm-start problems.
-Short levels have a tiny string space (9 strings at L=1, 81 at L=2), so the test split takes at most half of a
-level's strings (``min(test_per_level, 9**L // 2)`` distinct strings: 4 at L=1, 40 at L=2, ``test_per_level``
-from L=3 on), and the train split draws *with replacement* from the remaining strings of each level. The train
-split therefore repeats short-level strings (under distinct uids) — that is what realises the heavy-tailed level
-distribution; long-level strings are almost all distinct.
+Short levels have a tiny string space (9 strings at L=1, 81 at L=2), handled as follows:
+
+* a level whose whole space fits in the held-out quota (``9**L <= test_per_level``: L=1 by default) is *shared*:
+  the test split holds all of its strings and the train split draws from all of them. Holding some single digits
+  out would remove those symbols from the level's training data and measurably biases the model against them
+  (a warm start scored 25–50% on 4 held-out single digits while solving 7-digit strings) — a prior no
+  curriculum should have to unlearn. This is the one documented exception to disjointness;
+* any other level holds out ``min(test_per_level, 9**L // 2)`` distinct strings (40 at L=2, ``test_per_level``
+  from L=3 on), and the train split draws *with replacement* from the remaining strings of the level.
+
+The train split therefore repeats short-level strings (under distinct uids) — that is what realises the heavy-
+tailed level distribution; long-level strings are almost all distinct.
 """
 
 from __future__ import annotations
@@ -139,9 +146,14 @@ class CopyTask:
         """Train-split probability of each level in ``self.levels``."""
         return level_weights(self.levels, self.level_dist, self.zipf_a, self.geo_p)
 
+    def is_shared(self, level: int) -> bool:
+        """True when the level's whole string space fits in the held-out quota (train and test share it)."""
+        return len(DIGITS) ** level <= self.test_per_level
+
     def test_size_of(self, level: int) -> int:
-        """Distinct held-out strings at ``level``: at most half of the level's string space."""
-        return min(self.test_per_level, len(DIGITS) ** level // 2)
+        """Distinct held-out strings at ``level``: the whole space if shared, else at most half of it."""
+        space = len(DIGITS) ** level
+        return space if self.is_shared(level) else min(self.test_per_level, space // 2)
 
     # -- splits ---------------------------------------------------------------------------------------------
     def _rngs(self) -> tuple[np.random.Generator, np.random.Generator]:
@@ -160,8 +172,8 @@ class CopyTask:
         return out
 
     def test_strings(self) -> frozenset[str]:
-        """Digit strings of the held-out split; excluded from train and SFT problems."""
-        return frozenset(s for _, s in self._test_strings())
+        """Held-out digit strings that train and SFT problems must avoid (those of shared levels excepted)."""
+        return frozenset(s for level, s in self._test_strings() if not self.is_shared(level))
 
     def test(self) -> list[Problem]:
         """Held-out split, uniform over levels, ordered by level."""
