@@ -121,36 +121,43 @@ class _Deadline(BaseException):
     """Raised by our SIGALRM handler; a BaseException, so math-verify's ``except Exception`` lets it pass."""
 
 
-def _raise_deadline(signum: int, frame: Any) -> None:
-    raise _Deadline
+_RETRY_S = 0.01  # after the deadline the alarm repeats every 10 ms until disarmed
 
 
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
     """Raise :class:`_Deadline` in the body after ``seconds`` (main thread; elsewhere a no-op).
 
-    A pending outer ITIMER_REAL timer is honoured: if it is due first we stop then, and it is re-armed
-    afterwards with its remaining time (at least 1 µs), so its own handler still runs. The timer is one-shot,
-    so at most one ``_Deadline`` is raised, possibly while the ``finally`` below starts: hence the nesting.
+    The alarm *repeats* every ``_RETRY_S`` after the deadline until the body exits: a signal handler's
+    exception can be swallowed when it lands inside a callback that ignores errors (e.g. a ``gc`` callback),
+    and the repeat makes sure the body is still interrupted. The handler raises only while ``armed``, which is
+    cleared first on exit, so no ``_Deadline`` escapes the context. A pending outer ITIMER_REAL timer is
+    honoured: if it is due first we stop then, and it is re-armed afterwards with its remaining time (at least
+    1 µs), so its own handler still runs.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
+    armed = [True]
+
+    def _raise_deadline(signum: int, frame: Any) -> None:
+        if armed[0]:
+            raise _Deadline
+
     old_handler = signal.signal(signal.SIGALRM, _raise_deadline)
-    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
+    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_S)
     if 0 < outer_delay < seconds:
-        signal.setitimer(signal.ITIMER_REAL, outer_delay)
+        signal.setitimer(signal.ITIMER_REAL, outer_delay, _RETRY_S)
     start = time.monotonic()
     try:
         yield
     finally:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-        finally:
-            signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
-            if outer_delay > 0:
-                remaining = max(outer_delay - (time.monotonic() - start), 1e-6)
-                signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
+        armed[0] = False
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
+        if outer_delay > 0:
+            remaining = max(outer_delay - (time.monotonic() - start), 1e-6)
+            signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
 
 
 def tail(text: str, n: int, *, whole_tokens: bool = False) -> str:
