@@ -7,8 +7,8 @@ log-probs therefore equal the sampler's (``RolloutBatch.logprobs``) up to float 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch

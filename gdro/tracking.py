@@ -94,11 +94,11 @@ class RunLogger:
     def _init_wandb(self, cfg: LoggerConfig, name: str, config: dict[str, Any]):
         import wandb
 
-        kwargs = dict(
-            project=cfg.project, entity=cfg.entity, group=cfg.group, tags=list(cfg.tags), name=name,
-            config=config, dir=str(self.run_dir), reinit="finish_previous",
-            settings=wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", silent=True),
-        )
+        kwargs = {
+            "project": cfg.project, "entity": cfg.entity, "group": cfg.group, "tags": list(cfg.tags), "name": name,
+            "config": config, "dir": str(self.run_dir), "reinit": "finish_previous",
+            "settings": wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", silent=True),
+        }
         try:
             return wandb.init(mode=self.mode, **kwargs)
         except (wandb.errors.CommError, wandb.errors.UsageError, wandb.errors.AuthenticationError) as err:

@@ -53,7 +53,7 @@ def main() -> None:
             rows.append(r)
             k = ecfg.k
             print(f"{ckpt}  seed={seed}  mean@{k}={r[f'eval/mean@{k}']:.2f}  pass@{k}={r[f'eval/pass@{k}']:.2f}", flush=True)
-        keys = [key for key in rows[0] if key.startswith("eval/mean@") or key.startswith("eval/pass@")]
+        keys = [key for key in rows[0] if key.startswith(("eval/mean@", "eval/pass@"))]
         summary = {key: {"mean": float(np.mean([r[key] for r in rows])), "std": float(np.std([r[key] for r in rows], ddof=1)) if len(rows) > 1 else 0.0} for key in keys}
         k = comp["eval"].k
         for key in (f"eval/mean@{k}", f"eval/pass@{k}"):

@@ -10,11 +10,11 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.pop("WANDB_MODE", None)
 
-from pathlib import Path  # noqa: E402
+from pathlib import Path
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"

@@ -98,7 +98,7 @@ def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
     proc = subprocess.run(
         [sys.executable, "-m", "gdro.cli", "optim.lr=-1", "model.name_or_path=nonexistent-org/nonexistent-model",
          f"hydra.run.dir={tmp_path}/run"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode != 0
     assert "lr must be > 0" in proc.stderr
@@ -110,7 +110,7 @@ def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
 def test_cli_prints_composed_config():
     proc = subprocess.run(
         [sys.executable, "-m", "gdro.cli", "--cfg", "job", "sampler=uniform"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr
     cfg = OmegaConf.create(proc.stdout)

@@ -6,8 +6,9 @@ rollout row carries ``group_index[i] = g``. Nothing downstream reshapes by a fix
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import numpy as np
 import torch

@@ -6,8 +6,8 @@ policy's; ``sync_weights`` only checks that this is so.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 import torch
