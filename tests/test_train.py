@@ -38,6 +38,7 @@ def test_short_run_updates_parameters_and_logs_metrics(tmp_path: Path):
     trainer, before, rows = _run(tmp_path / "a", ["steps=3", "eval.every=2"])
     changed = [k for k, v in trainer.policy.named_parameters() if not torch.equal(v, before[k])]
     assert changed, "no parameter changed after 3 GRPO steps"
+    assert any(r["train/grad_norm"] > 0 and r["train/adv_abs_mean"] > 0 for r in rows if "train/loss" in r)
     logged = read_metrics(tmp_path / "a")
     assert logged == json.loads(json.dumps(rows))
     train_rows = [r for r in logged if "train/loss" in r]
@@ -87,3 +88,23 @@ def test_multirun_writes_one_run_dir_per_job(tmp_path: Path):
     assert len(runs) == 2
     seeds = [json.loads((r / "run.json").read_text())["config"]["seed"] for r in runs]
     assert sorted(seeds) == [0, 1]
+
+
+def test_any_causal_lm_trains(tmp_path: Path):
+    """Not only Qwen3: a GPT-2 (learned absolute positions) built locally goes through the same path."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from gdro.models import build_tokenizer
+
+    tok = build_tokenizer()
+    cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2,
+                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, bos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(cfg)
+    model.generation_config.eos_token_id = tok.eos_token_id
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(tmp_path / "gpt2")
+    tok.save_pretrained(tmp_path / "gpt2")
+    trainer, before, rows = _run(tmp_path / "run", [f"model.name_or_path={tmp_path / 'gpt2'}", "steps=1"])
+    assert type(trainer.policy).__name__ == "GPT2LMHeadModel"
+    assert rows[-1]["rollout/n_total"] == 32 and rows[-1]["train/loss"] is not None
