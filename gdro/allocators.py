@@ -20,7 +20,7 @@ class FixedAllocator:
         self.n = n
 
     def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
-        """Per-prompt rollout counts for a step of ``num_prompts`` prompts."""
+        """Per-prompt rollout counts for a step of ``num_prompts`` prompts (``bins``: their difficulty bins)."""
         return np.full(num_prompts, self.n, dtype=np.int64)
 
     def update(self, **_: Any) -> None:

@@ -24,7 +24,7 @@ from gdro.trainer import RunConfig, Trainer
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("model", "data", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
+GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
 RUN_KEYS = ("seed", "steps", "prompts_per_step", "rollouts_per_prompt", "threads", "save_final", "progress")
 
 
@@ -113,7 +113,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     logger = RunLogger(run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta)
     return Trainer(
         run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],
-        sampler=comp["sampler"], allocator=comp["allocator"], train_problems=task.train(), test_problems=task.test(),
+        sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"], train_problems=task.train(), test_problems=task.test(),
         loss_cfg=loss_cfg, optim_cfg=comp["optim"], eval_cfg=comp["eval"],
         train_sampling=eng_cfg.sampling(spec.max_new_tokens), logger=logger, run_dir=run_dir, ref_model=ref_model,
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.loss import LossConfig, grpo_loss
+from gdro.loss import LossConfig, grpo_loss, per_response_kl, per_response_pg_loss
 from gdro.rollout.base import RolloutBatch
 
 
@@ -125,11 +125,17 @@ def ppo_update(
     pad_id: int,
     rng: np.random.Generator,
     ref_model=None,
-) -> dict[str, float | None]:
-    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics.
+    adv_signal: torch.Tensor | None = None,
+) -> tuple[dict[str, float | None], dict[str, np.ndarray]]:
+    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and signals.
 
     With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the
     old log-probs are the current ones (detached): no extra forward pass.
+
+    Signals (per rollout, from the first epoch, no gradient) for the controllers: ``pg_loss`` — the
+    per-response token mean of the clipped PG loss with the *unweighted* advantages ``adv_signal``
+    (the official code's signal; Eq. 6 without KL) — and ``kl`` — the per-response KL to π_ref (0
+    without a reference). Rows skipped as zero-advantage have ``pg_loss`` exactly 0.
     """
     n = len(roll)
     lengths = roll.lengths
@@ -142,10 +148,13 @@ def ppo_update(
             raise ValueError("loss.beta_kl > 0 needs a reference model")
         ref = logprobs_no_grad(ref_model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
+    adv_signal = adv if adv_signal is None else adv_signal
+    sig_pg = np.zeros(n, dtype=np.float64)
+    sig_kl = np.zeros(n, dtype=np.float64)
     totals: dict[str, float] = {}
     grad_norms = []
     model.train()
-    for _epoch in range(optim_cfg.ppo_epochs):
+    for epoch in range(optim_cfg.ppo_epochs):
         order = all_rows if single_step else rng.permutation(n)
         for mb in np.array_split(order, optim_cfg.mini_batches):
             if len(mb) == 0:
@@ -170,6 +179,15 @@ def ppo_update(
                     clip_ratio_c=loss_cfg.clip_ratio_c,
                 )
                 loss.backward()
+                if epoch == 0:
+                    with torch.no_grad():
+                        lp_d = logp.detach()
+                        sig_pg[part] = per_response_pg_loss(
+                            lp_d, old_lp, adv_signal[part].to(lp_d.dtype), tb.mask, loss_cfg.clip_low,
+                            loss_cfg.clip_high, clip_ratio_c=loss_cfg.clip_ratio_c,
+                        ).double().numpy()
+                        if ref_lp is not None:
+                            sig_kl[part] = per_response_kl(lp_d, ref_lp, tb.mask, loss_cfg.kl_estimator).double().numpy()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                 totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
@@ -185,4 +203,4 @@ def ppo_update(
     out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["train/lr"] = float(scheduler.get_last_lr()[0])
     out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
-    return out
+    return out, {"pg_loss": sig_pg, "kl": sig_kl}

@@ -108,12 +108,14 @@ class RunLogger:
             self.mode = "offline"
             return wandb.init(mode="offline", **kwargs)
 
-    def log(self, row: dict[str, Any]) -> None:
+    def log(self, row: dict[str, Any]) -> dict[str, Any]:
+        """Append ``row`` (NaN/inf written as null) and return it as written."""
         row = {k: _clean(v) for k, v in row.items()}
         self._fh.write(json.dumps(row) + "\n")
         self._fh.flush()
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=int(row["step"]))
+        return row
 
     def close(self) -> None:
         self._fh.close()

@@ -64,6 +64,7 @@ class Trainer:
     reward: Any
     sampler: Any
     allocator: Any
+    classifier: Any
     train_problems: Sequence
     test_problems: Sequence
     loss_cfg: LossConfig
@@ -82,15 +83,17 @@ class Trainer:
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         pad_id = self.engine.pad_id
         self.sampler.bind(len(self.train_problems))
+        self.classifier.bind([p.uid for p in self.train_problems])
         max_new = self.train_sampling.max_new_tokens
         if self.eval_cfg.at_start:
             rows.append(self._log({"step": 0, **self._evaluate()}))
         bar = tqdm(range(1, run.steps + 1), desc="gdro-train", disable=not run.progress, dynamic_ncols=True)
         for step in bar:
             t0 = time.perf_counter()
-            # 1. which prompts, and how many rollouts each (ragged groups)
-            ids = self.sampler.sample(run.prompts_per_step, rng_sampler)
-            n = self.allocator.allocate(len(ids))
+            # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
+            ids = self.sampler.sample(run.prompts_per_step, rng_sampler, self.classifier)
+            bins = self.classifier.bins(ids)
+            n = self.allocator.allocate(len(ids), bins)
             probs = [self.train_problems[i] for i in ids]
             # 2. sample from the current policy
             roll = self.engine.generate(
@@ -105,23 +108,34 @@ class Trainer:
                 rewards, gidx, len(probs),
                 norm_by_std=self.loss_cfg.norm_adv_by_std, eps=self.loss_cfg.adv_eps, unbiased_std=self.loss_cfg.unbiased_std,
             )
-            # 4. controller weights on the advantages (ones for uniform GRPO), then the policy update (Eq. 4–7)
-            adv = adv * torch.as_tensor(self.sampler.loss_weights(roll.group_index), dtype=adv.dtype)
+            # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
+            tc = time.perf_counter()
+            mult = self.sampler.loss_weights(bins, roll.group_index)
+            t_ctrl = time.perf_counter() - tc
             t1 = time.perf_counter()
-            stats = ppo_update(
-                self.policy, optimizer, scheduler, roll, adv, self.loss_cfg, self.optim_cfg,
-                temperature=self.train_sampling.temperature, pad_id=pad_id, rng=rng_update, ref_model=self.ref_model,
+            stats, signals = ppo_update(
+                self.policy, optimizer, scheduler, roll, adv * torch.as_tensor(mult, dtype=adv.dtype),
+                self.loss_cfg, self.optim_cfg, temperature=self.train_sampling.temperature, pad_id=pad_id,
+                rng=rng_update, ref_model=self.ref_model, adv_signal=adv,
             )
             t_upd = time.perf_counter() - t1
-            # 5. controllers observe the step; the engine samples from the new weights next time
-            self.sampler.update(ids=ids, rollouts=roll, rewards=scored.rewards)
-            self.allocator.update(ids=ids, rollouts=roll, rewards=scored.rewards, n=n)
+            # 5. controllers observe the step (signals: Eq. 6 with and without KL, and the failure rate)
+            tc = time.perf_counter()
+            signals["pg_kl"] = signals["pg_loss"] + self.loss_cfg.beta_kl * signals["kl"]
+            signals["failure_rate"] = 1.0 - scored.correct.astype(np.float64)
+            self.sampler.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct)
+            self.allocator.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct, n=n)
+            n_correct = np.bincount(roll.group_index, weights=scored.correct.astype(np.float64), minlength=len(ids))
+            self.classifier.update(ids, n_correct.astype(np.int64), np.asarray(n, dtype=np.int64))
+            t_ctrl += time.perf_counter() - tc
             self.engine.sync_weights(self.policy)
             row = {"step": step, **stats, **self._rollout_metrics(roll, scored, adv, max_new)}
             row.update(self.reward.metrics(scored))
             row.update(self.sampler.metrics())
             row.update(self.allocator.metrics())
-            row.update({"time/gen_s": t_gen, "time/update_s": t_upd, "time/step_s": time.perf_counter() - t0})
+            row.update(self.classifier.metrics())
+            row.update({"time/gen_s": t_gen, "time/update_s": t_upd, "time/controller_s": t_ctrl,
+                        "time/step_s": time.perf_counter() - t0})
             if step == run.steps or (self.eval_cfg.every and step % self.eval_cfg.every == 0):
                 row.update(self._evaluate())
             rows.append(self._log(row))
@@ -163,8 +177,7 @@ class Trainer:
         return {}
 
     def _log(self, row: dict[str, Any]) -> dict[str, Any]:
-        self.logger.log(row)
-        return row
+        return self.logger.log(row)
 
     def save(self, path: Path) -> None:
         """The final policy as a HF checkpoint (loadable by ``model.name_or_path=<path>``)."""

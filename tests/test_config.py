@@ -84,10 +84,23 @@ def test_unknown_option_names_choices():
         ("data.max_level=0", "max_level"),
         ("optim.micro_batch_size=0", "micro_batch_size"),
         ("logger.wandb_mode=sometimes", "wandb_mode"),
+        ("classifier.edges=[0.5,0.2]", "edges"),
+        ("classifier.edges=[0.0,0.5]", "edges"),
+        ("classifier.edges=[0.5,1.2]", "edges"),
+        ("classifier.window=-1", "window"),
+        ("classifier.hysteresis=0.05", "hysteresis"),
+        ("classifier.k=0", "k"),
+        ("classifier.unseen=somewhere", "unseen"),
+        ("sampler=prompt-gdro sampler.gamma=0", "gamma"),
+        ("sampler=prompt-gdro sampler.gamma=1.5", "gamma"),
+        ("sampler=prompt-gdro sampler.eta=0", "eta"),
+        ("sampler=prompt-gdro sampler.eta=-1", "eta"),
+        ("sampler=prompt-gdro sampler.mode=shuffle", "mode"),
+        ("sampler=prompt-gdro sampler.signal=vibes", "signal"),
     ],
 )
 def test_invalid_values_name_the_key(override, key):
-    cfg = compose_cfg([override])
+    cfg = compose_cfg(override.split())
     with pytest.raises(ConfigError) as err:
         build_components(cfg)
     assert key in str(err.value)

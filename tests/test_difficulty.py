@@ -1,0 +1,353 @@
+"""Online difficulty classifier (paper Eqs. 10–11, hysteresis L227): bins math and the stateful controller."""
+
+from __future__ import annotations
+
+import json
+import math
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gdro.bins import hysteresis_bins, make_edges, passk_from_window, raw_bins
+from gdro.difficulty import ROUND_DECIMALS, OnlineDifficultyClassifier
+from gdro.passk import pass_at_k
+
+PAPER = make_edges([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], None)
+
+
+# ------------------------------------------------------------------ edges and raw bins
+def test_make_edges_from_interior_edges_and_num_bins():
+    assert make_edges([0.4, 0.75], None).tolist() == [0.0, 0.4, 0.75, 1.0]
+    assert make_edges(None, 4).tolist() == [0.0, 0.25, 0.5, 0.75, 1.0]
+    # i / B exactly, not linspace's 0.30000000000000004
+    assert make_edges(None, 10).tolist() == PAPER.tolist()
+    assert make_edges([], None).tolist() == [0.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "edges, num_bins, key",
+    [
+        (None, None, "exactly one of edges / num_bins"),
+        ([0.5], 2, "exactly one of edges / num_bins"),
+        ([0.5, 0.5], None, "edges must be strictly increasing"),
+        ([0.6, 0.4], None, "edges must be strictly increasing"),
+        ([0.0, 0.5], None, "edges must lie strictly inside"),
+        ([0.5, 1.0], None, "edges must lie strictly inside"),
+        ([float("nan")], None, "edges must lie strictly inside"),
+        (None, 0, "num_bins must be"),
+        (None, 2.5, "num_bins must be"),
+    ],
+)
+def test_make_edges_validation_names_the_key(edges, num_bins, key):
+    with pytest.raises(ValueError, match=key):
+        make_edges(edges, num_bins)
+
+
+def test_raw_bins_on_edges_go_up_and_one_is_top_bin():
+    p = np.array([0.0, 0.0999, 0.1, 0.3, 0.5, 0.8999, 0.9, 0.999, 1.0])
+    assert raw_bins(p, PAPER).tolist() == [0, 0, 1, 3, 5, 8, 9, 9, 9]
+    assert raw_bins(np.array([0.3, 0.6, 0.7]), make_edges(None, 10)).tolist() == [3, 6, 7]
+    assert raw_bins(np.array([0.0, 1.0]), make_edges([], None)).tolist() == [0, 0]
+    with pytest.raises(ValueError, match="p must lie in"):
+        raw_bins(np.array([0.5, np.nan]), PAPER)
+    with pytest.raises(ValueError, match="p must lie in"):
+        raw_bins(np.array([1.01]), PAPER)
+
+
+# ------------------------------------------------------------------ hysteresis
+@pytest.mark.parametrize(
+    "prev, p, expected",
+    [
+        (2, 0.3295, 2),  # bin 2 = [0.2, 0.3): above the upper edge, but within delta: stays
+        (2, 0.3305, 3),  # past 0.3 + delta: up one
+        (2, 0.1705, 2),  # below the lower edge, within delta: stays
+        (2, 0.1695, 1),  # past 0.2 - delta: down one
+        (2, 0.75, 7),  # multi-bin jump up goes straight to the raw bin
+        (2, 1.0, 9),
+        (5, 0.295, 2),  # multi-bin jump down (the official code would keep it in 5: it tests 0.3 - delta)
+        (5, 0.0, 0),
+        (9, 0.8705, 9),  # top bin: stays within delta of 0.9
+        (9, 0.8695, 8),
+        (0, 0.1295, 0),  # bottom bin: stays within delta of 0.1
+        (0, 0.1305, 1),
+        (-1, 0.1295, 1),  # never binned: raw bin
+        (4, 0.45, 4),  # inside its own bin: stays
+    ],
+)
+def test_hysteresis_needs_the_margin_both_ways(prev, p, expected):
+    assert hysteresis_bins(np.array([p]), np.array([prev]), PAPER, 0.03).tolist() == [expected]
+
+
+def test_hysteresis_thresholds_exactly_at_the_margin():
+    edges, delta = make_edges([0.5], None), 0.125  # exact binary fractions: thresholds 0.375 and 0.625
+    p = np.array([0.375, 0.37499, 0.625, 0.62499])
+    assert hysteresis_bins(p, np.array([1, 1, 0, 0]), edges, delta).tolist() == [1, 0, 1, 0]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1), st.integers(-1, 9)), min_size=1, max_size=20))
+def test_hysteresis_zero_is_raw_and_moves_only_to_raw(pairs):
+    p = np.array([a for a, _ in pairs])
+    prev = np.array([b for _, b in pairs])
+    raw = raw_bins(p, PAPER)
+    assert np.array_equal(hysteresis_bins(p, prev, PAPER, 0.0), raw)
+    out = hysteresis_bins(p, prev, PAPER, 0.04)
+    assert np.all((out == raw) | (out == prev))
+
+
+# ------------------------------------------------------------------ pooled pass@k
+def test_passk_from_window_matches_passk_plugin_and_nan():
+    rng = np.random.default_rng(0)
+    n = rng.integers(8, 60, size=200)
+    c = rng.integers(0, n + 1)
+    assert np.allclose(passk_from_window(c, n, 8), pass_at_k(n, c, 8), rtol=0, atol=1e-12)
+    assert np.allclose(passk_from_window(c, n, 1), c / n, rtol=0, atol=1e-12)
+    small = passk_from_window(np.array([0, 1, 3, 0]), np.array([0, 4, 4, 7]), 8)
+    assert math.isnan(small[0])
+    assert np.allclose(small[1:], [1 - 0.75**8, 1 - 0.25**8, 0.0])
+    with pytest.raises(ValueError, match="k must be"):
+        passk_from_window(c, n, 0)
+    with pytest.raises(ValueError, match="correct_sum must satisfy"):
+        passk_from_window(np.array([5]), np.array([4]), 2)
+
+
+def test_unbiased_passk_pools_rollouts_over_visits():
+    clf = OnlineDifficultyClassifier(estimator="unbiased_passk", k=8, window=3)
+    clf.bind(["a"])
+    clf.update(np.array([0]), np.array([1]), np.array([4]))  # 4 < k rollouts: plug-in 1 - (3/4)^8
+    assert clf.passrate(np.array([0]))[0] == pytest.approx(1 - 0.75**8)
+    clf.update(np.array([0]), np.array([0]), np.array([3]))
+    clf.update(np.array([0]), np.array([2]), np.array([5]))  # pooled over the window: 3 of 12
+    assert clf.passrate(np.array([0]))[0] == pytest.approx(pass_at_k(12, 3, 8))
+    clf.update(np.array([0]), np.array([0]), np.array([6]))  # first visit leaves the window: 2 of 14
+    assert clf.passrate(np.array([0]))[0] == pytest.approx(pass_at_k(14, 2, 8))
+
+
+def test_estimate_exactly_on_an_edge_bins_up_despite_float_error():
+    # unbiased pass@1 with 1 of 10 correct is exactly 0.1; the float product gives 0.09999999999999998
+    assert passk_from_window(np.array([1]), np.array([10]), 1)[0] < 0.1
+    clf = OnlineDifficultyClassifier(estimator="unbiased_passk", k=1)
+    clf.bind(["a"])
+    clf.update(np.array([0, 0]), np.array([1, 0]), np.array([5, 5]))
+    assert clf.passrate(np.array([0])).tolist() == [0.1] and clf.bins(np.array([0])).tolist() == [1]
+
+
+# ------------------------------------------------------------------ classifier vs a slow reference
+def _ref_estimate(window, estimator, k):
+    if estimator == "any_correct":
+        return Fraction(sum(c > 0 for c, _ in window), len(window))
+    c, n = sum(c for c, _ in window), sum(t for _, t in window)
+    if n < k:
+        return 1 - (1 - Fraction(c, n)) ** k
+    return 1 - Fraction(math.comb(n - c, k), math.comb(n, k))
+
+
+def _ref_bin(p, prev, edges, delta):
+    raw = max(b for b in range(len(edges) - 1) if p >= edges[b])
+    if prev is None or p >= edges[prev + 1] + delta or p < edges[prev] - delta:
+        return raw
+    return prev
+
+
+class Reference:
+    """Recomputes each visited prompt's window, estimate and bin from its full visit list, in plain Python."""
+
+    def __init__(self, size, window, estimator, k, delta, edges, unseen_bin):
+        self.hist = {i: [] for i in range(size)}
+        self.bin = {i: None for i in range(size)}
+        self.p = {i: math.nan for i in range(size)}
+        self.args = window, estimator, k, delta, [float(e) for e in edges]
+        self.unseen_bin = unseen_bin
+
+    def update(self, visits):
+        window, estimator, k, delta, edges = self.args
+        for i, c, t in visits:
+            self.hist[i].append((c, t))
+            win = self.hist[i][-window:] if window else self.hist[i]
+            p = float(np.round(float(_ref_estimate(win, estimator, k)), ROUND_DECIMALS))
+            self.p[i], self.bin[i] = p, _ref_bin(p, self.bin[i], edges, delta)
+
+    def bins(self):
+        return [self.unseen_bin if b is None else b for b in self.bin.values()]
+
+
+_visit = st.integers(1, 6).flatmap(lambda t: st.tuples(st.integers(0, t), st.just(t)))
+_steps = st.integers(1, 5).flatmap(
+    lambda size: st.tuples(
+        st.just(size),
+        st.lists(st.lists(st.tuples(st.integers(0, size - 1), _visit), max_size=6), min_size=1, max_size=8),
+    )
+)
+_config = st.fixed_dictionaries(
+    {
+        "window": st.sampled_from([0, 1, 3]),
+        "estimator": st.sampled_from(["any_correct", "unbiased_passk"]),
+        "k": st.sampled_from([1, 4, 8]),
+        "hysteresis": st.sampled_from([0.0, 0.03]),
+        "unseen": st.sampled_from(["hardest", "separate"]),
+        "bins": st.sampled_from(
+            [
+                {"edges": [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]},
+                {"edges": [0.4, 0.75]},
+                {"edges": None, "num_bins": 6},
+            ]
+        ),
+    }
+)
+
+
+def _make(cfg, uids):
+    clf = OnlineDifficultyClassifier(
+        **cfg["bins"],
+        window=cfg["window"],
+        estimator=cfg["estimator"],
+        k=cfg["k"],
+        hysteresis=cfg["hysteresis"],
+        unseen=cfg["unseen"],
+    )
+    clf.bind(uids)
+    return clf
+
+
+def _arrays(step):
+    ids = np.array([i for i, _ in step], dtype=np.int64)
+    return ids, np.array([c for _, (c, _) in step], dtype=np.int64), np.array([t for _, (_, t) in step])
+
+
+@settings(max_examples=200, deadline=None)
+@given(_steps, _config)
+def test_bins_match_slow_reference(steps_and_size, cfg):
+    size, steps = steps_and_size
+    clf = _make(cfg, [f"idx:{i}" for i in range(size)])
+    ref = Reference(
+        size,
+        cfg["window"],
+        cfg["estimator"],
+        cfg["k"],
+        cfg["hysteresis"],
+        clf.full_edges,
+        0 if cfg["unseen"] == "hardest" else clf.num_pass_bins,
+    )
+    everyone = np.arange(size)
+    for step in steps:
+        ids, correct, total = _arrays(step)
+        before = clf.bins(ids)  # bins at step t: history up to t - 1 ...
+        assert clf.all_bins().tolist() == ref.bins()
+        clf.update(ids, correct, total)
+        if len(ids):
+            assert np.array_equal(before, np.array(ref.bins())[ids])  # ... and unchanged by the read itself
+        ref.update([(i, c, t) for i, (c, t) in step])
+        assert clf.all_bins().tolist() == ref.bins()
+        assert clf.bins(everyone).tolist() == ref.bins()
+        assert np.allclose(clf.passrate(everyone), list(ref.p.values()), equal_nan=True, rtol=0, atol=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_steps, _config, st.integers(0, 8), st.randoms(use_true_random=False))
+def test_state_round_trip_gives_identical_future_bins(steps_and_size, cfg, cut, rnd):
+    size, steps = steps_and_size
+    uids = [f"idx:{i}" for i in range(size)]
+    a = _make(cfg, uids)
+    for step in steps[:cut]:
+        a.update(*_arrays(step))
+    state = json.loads(json.dumps(a.state_dict()))  # JSON-friendly
+    perm = list(range(size))
+    rnd.shuffle(perm)  # the fresh classifier's pool holds the same uids in another order
+    b = _make(cfg, [uids[j] for j in perm])
+    b.load_state_dict(state)
+    to_b = np.argsort(perm)  # id in a -> id in b
+    for step in steps[cut:] + steps[:1]:
+        ids, correct, total = _arrays(step)
+        assert np.array_equal(a.bins(ids), b.bins(to_b[ids]))
+        a.update(ids, correct, total)
+        b.update(to_b[ids], correct, total)
+    assert np.array_equal(a.all_bins(), b.all_bins()[to_b])
+    assert np.allclose(a.passrate(np.arange(size)), b.passrate(to_b), equal_nan=True, rtol=0, atol=0)
+
+
+# ------------------------------------------------------------------ behaviour details
+def test_bins_read_does_not_see_the_current_step_until_update():
+    clf = OnlineDifficultyClassifier()
+    clf.bind(["a", "b"])
+    ids = np.array([0, 1])
+    assert clf.bins(ids).tolist() == [0, 0]
+    assert clf.bins(ids).tolist() == [0, 0]  # repeated reads: no change
+    clf.update(ids, np.array([4, 0]), np.array([4, 4]))
+    assert clf.bins(ids).tolist() == [9, 0]
+
+
+def test_repeated_id_in_one_call_is_processed_in_order():
+    clf = OnlineDifficultyClassifier(window=1)
+    clf.bind(["a"])
+    clf.update(np.array([0, 0]), np.array([2, 0]), np.array([2, 3]))
+    assert clf.passrate(np.array([0])).tolist() == [0.0]  # the window of 1 holds the later visit
+
+
+def test_unseen_policies_and_labels():
+    hard = OnlineDifficultyClassifier(unseen="hardest")
+    hard.bind(["a", "b", "c"])
+    assert hard.num_bins == 10 and hard.bin_labels()[-1] == "9"
+    assert hard.all_bins().tolist() == [0, 0, 0]
+    sep = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
+    sep.bind(["a", "b", "c"])
+    assert sep.num_bins == 3 and sep.bin_labels() == ["0", "1", "unseen"]
+    sep.update(np.array([0, 1]), np.array([0, 3]), np.array([4, 4]))
+    assert sep.all_bins().tolist() == [0, 1, 2]
+    assert math.isnan(sep.passrate(np.array([2]))[0])
+    m = sep.metrics()
+    assert m["difficulty/seen_frac"] == pytest.approx(2 / 3)
+    assert m["difficulty/passrate_mean"] == pytest.approx(0.5)
+    assert [m[f"difficulty/pool/{lab}"] for lab in sep.bin_labels()] == [1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        ({"window": -1}, "window must be"),
+        ({"k": 0}, "k must be"),
+        ({"estimator": "pass@k"}, "estimator must be one of"),
+        ({"unseen": "easiest"}, "unseen must be one of"),
+        ({"hysteresis": 0.05}, r"hysteresis must be .* \(0.05\), got 0.05"),
+        ({"hysteresis": -0.01}, "hysteresis must be"),
+        ({"edges": [0.4, 0.75], "num_bins": 3}, "exactly one of edges / num_bins"),
+        ({"edges": [0.75, 0.4]}, "edges must be strictly increasing"),
+        ({"edges": None, "num_bins": 0}, "num_bins must be"),
+    ],
+)
+def test_constructor_validation_names_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        OnlineDifficultyClassifier(**kwargs)
+
+
+def test_bind_update_and_load_validation_names_the_key():
+    clf = OnlineDifficultyClassifier(window=2)
+    with pytest.raises(ValueError, match="uids must be unique, got duplicate 'a'"):
+        clf.bind(["a", "b", "a"])
+    clf.bind(["a", "b"])
+    one = np.array([1])
+    with pytest.raises(ValueError, match="ids must index"):
+        clf.bins(np.array([2]))
+    with pytest.raises(ValueError, match="total must be >= 1"):
+        clf.update(one, np.array([0]), np.array([0]))
+    with pytest.raises(ValueError, match="correct must satisfy"):
+        clf.update(one, np.array([3]), np.array([2]))
+    with pytest.raises(ValueError, match="correct must be integer-valued"):
+        clf.update(one, np.array([0.5]), np.array([2]))
+    with pytest.raises(ValueError, match="correct and total must match ids"):
+        clf.update(one, np.array([1, 1]), np.array([2, 2]))
+    clf.update(one, np.array([1]), np.array([2]))
+    other = OnlineDifficultyClassifier(window=3)
+    other.bind(["a", "b"])
+    with pytest.raises(ValueError, match="window of the state"):
+        other.load_state_dict(clf.state_dict())
+    coarse = OnlineDifficultyClassifier(edges=[0.5], window=2)
+    coarse.bind(["a", "b"])
+    with pytest.raises(ValueError, match="edges of the state"):
+        coarse.load_state_dict(clf.state_dict())
+    small = OnlineDifficultyClassifier(window=2)
+    small.bind(["a"])
+    with pytest.raises(ValueError, match="uids of the state are missing.*'b'"):
+        small.load_state_dict(clf.state_dict())
