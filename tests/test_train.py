@@ -105,6 +105,32 @@ def test_any_causal_lm_trains(tmp_path: Path):
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(tmp_path / "gpt2")
     tok.save_pretrained(tmp_path / "gpt2")
-    trainer, before, rows = _run(tmp_path / "run", [f"model.name_or_path={tmp_path / 'gpt2'}", "steps=1"])
+    trainer, _, rows = _run(tmp_path / "run", [f"model.name_or_path={tmp_path / 'gpt2'}", "steps=1"])
     assert type(trainer.policy).__name__ == "GPT2LMHeadModel"
     assert rows[-1]["rollout/n_total"] == 32 and rows[-1]["train/loss"] is not None
+
+
+def test_prompt_gdro_run_logs_diagnostics(tmp_path: Path):
+    """sampler=prompt-gdro end to end: per-bin weights (summing to 1), shares, scores, pass rates, lead-lag."""
+    _, _, rows = _run(tmp_path, ["sampler=prompt-gdro", "sampler.signal=failure_rate", "steps=4",
+                                 "data.train_size=16", "classifier.unseen=hardest"])
+    train = [r for r in rows if "train/loss" in r]
+    for r in train:
+        w = {k: v for k, v in r.items() if k.startswith("gdro/weight/")}
+        assert w and abs(sum(w.values()) - 1) < 1e-9
+        assert any(k.startswith("gdro/share/") for k in r) and "gdro/weight_entropy" in r
+        assert any(k.startswith("gdro/score/") for k in r) and any(k.startswith("gdro/passrate/") for k in r)
+    # a 16-prompt pool is fully revisited by step 3, so pass-rate bins are populated and lead-lag is defined
+    assert any(r.get("gdro/lead_lag") is not None for r in train[2:])
+    assert train[-1]["difficulty/seen_frac"] == 1.0
+
+
+def test_prompt_gdro_with_pg_loss_signal_equals_grpo_at_ratio_one(tmp_path: Path):
+    """With one optimiser step per batch the official pg_loss signal is exactly 0 per prompt (ratio 1 and
+    zero-mean group advantages), so Prompt-GDRO's multipliers stay 1 and the run is identical to GRPO."""
+    _, _, a = _run(tmp_path / "grpo", ["sampler=uniform", "data.train_size=16"])
+    _, _, b = _run(tmp_path / "pgdro", ["sampler=prompt-gdro", "sampler.signal=pg_loss", "data.train_size=16"])
+    keys = ["reward/mean", "train/loss", "train/kl"] + [k for k in a[-1] if k.startswith("eval/")]
+    assert [[r.get(k) for k in keys] for r in a] == [[r.get(k) for k in keys] for r in b]
+    # float32 rounding only: |score| ~ 1e-9
+    assert all(abs(v) < 1e-6 for r in b for k, v in r.items() if k.startswith("gdro/score/") and v is not None)
