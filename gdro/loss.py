@@ -80,7 +80,8 @@ def kl_penalty(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> to
         return 0.5 * (logp - ref_logp).square()
     if estimator in ("k3", "low_var_kl"):
         log_r = (ref_logp - logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
-        return (torch.exp(log_r) - log_r - 1.0).clamp(-_K3_CLAMP, _K3_CLAMP)
+        # expm1 keeps the estimate >= 0 near log_r = 0, where exp(x) - x - 1 rounds to -1e-16
+        return (torch.expm1(log_r) - log_r).clamp(0.0, _K3_CLAMP)
     raise ValueError(f"estimator must be one of {KL_ESTIMATORS}, got {estimator!r}")
 
 
