@@ -94,6 +94,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         "choices": choices or {},
         "git": git_commit(),
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        # CPU results are bit-for-bit reproducible for a given seed *and* thread count
+        "torch_threads": torch.get_num_threads(),
     }
     (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
