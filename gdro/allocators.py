@@ -1,7 +1,12 @@
-"""Rollout allocators: how many rollouts each prompt of a step receives.
+"""Rollout allocators: how many rollouts each prompt of a step receives (paper §3.3, §4.3).
 
-``FixedAllocator`` is GRPO's constant group size. Rollout-GDRO and the square-root allocator
-(issue #4) plug in here with the same interface and may give every prompt a different count.
+- ``FixedAllocator``: GRPO's constant group size.
+- ``RolloutGDRO``: one exponential-weights instance per difficulty bin over integer arms n ∈ [n_min, n_max],
+  an exact-budget selection of one arm per bin present (DP, Eq. 19), and a live shadow price μ (Eq. 20–21).
+- ``SqrtAllocator``: the square-root (Neyman) law of Theorem 4.2, n_b ∝ √v_b, with v_b estimated online.
+
+All allocate from the *current* batch's bins (classified before generation) and keep the mean budget
+n̄ per prompt exactly: Σ_b count_b · n_b = n̄ · #prompts.
 """
 
 from __future__ import annotations
@@ -9,6 +14,11 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+
+from gdro.bandit import mixed_distribution
+from gdro.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
+
+SIGNALS = ("pg_loss", "pg_kl", "failure_rate")
 
 
 class FixedAllocator:
@@ -23,6 +33,9 @@ class FixedAllocator:
         """Per-prompt rollout counts for a step of ``num_prompts`` prompts (``bins``: their difficulty bins)."""
         return np.full(num_prompts, self.n, dtype=np.int64)
 
+    def bind_labels(self, labels: list[str]) -> None:
+        """A fixed allocation reports no per-bin metrics."""
+
     def update(self, **_: Any) -> None:
         """A fixed allocation does not adapt."""
 
@@ -34,3 +47,196 @@ class FixedAllocator:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.n = int(state["n"])
+
+
+class _BinAllocator:
+    """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics."""
+
+    def __init__(self, n_bar: int, n_min: int, n_max: int):
+        check_budget_feasible(n_bar, n_min, n_max)
+        self.n_bar, self.n_min, self.n_max = int(n_bar), int(n_min), int(n_max)
+        self.arms = np.arange(self.n_min, self.n_max + 1, dtype=np.int64)
+        self.labels: list[str] = []
+        self._last: dict[str, Any] = {}
+
+    def _present(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        uniq, inverse, counts = np.unique(np.asarray(bins, dtype=np.int64), return_inverse=True, return_counts=True)
+        return uniq, inverse, counts
+
+    def _record(self, uniq: np.ndarray, counts: np.ndarray, n_b: np.ndarray) -> None:
+        self._last = {"bins": uniq, "counts": counts, "n_b": n_b}
+
+    def _bin_metrics(self, correct: np.ndarray, group_index: np.ndarray, bins: np.ndarray) -> None:
+        """Per-bin realised accuracy this step (for σ̂_b in the weighted-SE proxy)."""
+        uniq = self._last.get("bins")
+        if uniq is None:
+            return
+        row_bin = np.asarray(bins)[group_index]
+        acc = np.array([correct[row_bin == b].mean() if (row_bin == b).any() else np.nan for b in uniq])
+        self._last["acc"] = acc
+
+    def _common_metrics(self) -> dict[str, float]:
+        if not self._last:
+            return {}
+        uniq, counts, n_b = self._last["bins"], self._last["counts"], self._last["n_b"]
+        q = counts / counts.sum()
+        total = float((counts * n_b).sum())
+        out: dict[str, float] = {}
+        for b, c, n in zip(uniq, counts, n_b):
+            label = self.labels[b] if b < len(self.labels) else str(b)
+            out[f"gdro/rollouts/{label}"] = float(n)
+            out[f"gdro/budget_share/{label}"] = float(c * n / total)
+        acc = self._last.get("acc")
+        if acc is not None:
+            sigma = np.sqrt(np.clip(np.nan_to_num(acc, nan=0.5) * (1 - np.nan_to_num(acc, nan=0.5)), 0, None))
+            wse, wse_uniform = weighted_se(q, sigma, n_b), weighted_se(q, sigma, np.full(len(n_b), self.n_bar))
+            out["gdro/wse"] = float(wse)
+            out["gdro/wse_uniform"] = float(wse_uniform)
+            if wse_uniform > 0:
+                out["gdro/wse_ratio"] = float(wse / wse_uniform)
+        return out
+
+    def bind_labels(self, labels: list[str]) -> None:
+        """Names of the classifier's bins, for metric keys."""
+        self.labels = list(labels)
+
+
+class RolloutGDRO(_BinAllocator):
+    """Rollout-GDRO (Eq. 17–21): per-bin exponential weights over arms, exact-budget DP, shadow price μ.
+
+    ``score_update``:
+      - ``official``: the chosen arm's score accumulates ``mean_loss_b − μ (n_b − n̄)`` (adversarial: arms that
+        met high loss gain; the released code), no EMA;
+      - ``paper``: Eq. 20's bandit loss L_b(n) = −Ĵ_b + μ n = mean_loss_b + μ n is *minimised*: the chosen arm's
+        score moves by an EMA (rate ``beta_ema``, Appendix A "arm score EMA decay 0.4") toward −L_b(n_b).
+    ``consumption`` (what μ sees, Eq. 21): ``expected`` — Σ_b q̂_b E_{p_b}[n], the budget the arm distributions
+    ask for before the exact projection (default; it differs from n̄, so μ steers), or ``realized`` — the
+    projected allocation (the released code; always n̄, so μ never moves).
+    """
+
+    def __init__(self, n_bar: int, n_min: int = 2, n_max: int = 12, eta: float = 0.65, gamma: float = 0.01,
+                 alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "official",
+                 consumption: str = "expected", signal: str = "failure_rate"):
+        super().__init__(n_bar, n_min, n_max)
+        checks = [("eta", eta > 0, "must be > 0"), ("gamma", 0 < gamma <= 1, "must be in (0, 1]"),
+                  ("alpha_mu", alpha_mu >= 0, "must be >= 0"), ("beta_ema", 0 < beta_ema <= 1, "must be in (0, 1]"),
+                  ("score_update", score_update in ("official", "paper"), "must be official | paper"),
+                  ("consumption", consumption in ("expected", "realized"), "must be expected | realized"),
+                  ("signal", signal in SIGNALS, f"must be one of {SIGNALS}")]
+        for key, ok, why in checks:
+            if not ok:
+                raise ValueError(f"{key} {why}, got {locals()[key]!r}")
+        self.eta, self.gamma, self.alpha_mu, self.beta_ema = eta, gamma, alpha_mu, beta_ema
+        self.score_update, self.consumption, self.signal = score_update, consumption, signal
+        self.mu = float(mu_init)
+        self.scores: dict[int, np.ndarray] = {}
+
+    def arm_probs(self, b: int) -> np.ndarray:
+        """p_b = (1 − γ) softmax(η S_b) + γ / A over the arms (one EXP3P instance per bin)."""
+        s = self.scores.get(int(b))
+        if s is None:
+            s = np.zeros(len(self.arms))
+        return mixed_distribution(s, self.eta, self.gamma)
+
+    def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
+        bins = np.zeros(num_prompts, dtype=np.int64) if bins is None else np.asarray(bins, dtype=np.int64)
+        uniq, inverse, counts = self._present(bins)
+        probs = np.stack([self.arm_probs(b) for b in uniq])
+        # Eq. 19: maximise the joint arm probability under the exact budget (each bin's log-prob once)
+        n_b = exact_budget_select(np.log(probs), counts, self.arms, self.n_bar * num_prompts, prefer=self.n_bar)
+        self._record(uniq, counts, n_b)
+        self._last["expected"] = float((counts / counts.sum()) @ (probs @ self.arms))
+        return n_b[inverse]
+
+    def update(self, *, bins: np.ndarray, group_index: np.ndarray, signals: dict[str, np.ndarray],
+               correct: np.ndarray, **_: Any) -> None:
+        if not self._last:
+            return
+        uniq, n_b = self._last["bins"], self._last["n_b"]
+        sig = np.asarray(signals[self.signal], dtype=np.float64)
+        row_bin = np.asarray(bins)[group_index]
+        for b, n in zip(uniq, n_b):
+            rows = row_bin == b
+            if not rows.any():
+                continue
+            # prompt-level mean first (Eq. 17), then over the bin's prompts (Eq. 18)
+            g = group_index[rows]
+            prompts = np.unique(g)
+            per_prompt = np.bincount(g, weights=sig[rows])[prompts] / np.bincount(g)[prompts]
+            loss = float(per_prompt.mean())
+            s = self.scores.setdefault(int(b), np.zeros(len(self.arms)))
+            a = int(n) - self.n_min
+            if self.score_update == "official":
+                s[a] += loss - self.mu * (n - self.n_bar)
+            else:
+                s[a] = (1 - self.beta_ema) * s[a] + self.beta_ema * -(loss + self.mu * n)
+        realised = float((self._last["counts"] * n_b).sum() / self._last["counts"].sum())
+        consumed = self._last["expected"] if self.consumption == "expected" else realised
+        self.mu = self.mu + self.alpha_mu * (consumed - self.n_bar)  # Eq. 21 (dual ascent on the budget)
+        self._last["consumed"] = consumed
+        self._bin_metrics(np.asarray(correct), group_index, bins)
+
+    def metrics(self) -> dict[str, float]:
+        out = self._common_metrics()
+        out["gdro/mu"] = self.mu
+        if "consumed" in self._last:
+            out["gdro/consumption"] = self._last["consumed"]
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mu": self.mu, "scores": {int(b): s.tolist() for b, s in self.scores.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mu = float(state["mu"])
+        self.scores = {int(b): np.asarray(s, dtype=np.float64) for b, s in state["scores"].items()}
+
+
+class SqrtAllocator(_BinAllocator):
+    """Square-root law (Theorem 4.2, Eq. 30): n_b ∝ √v_b under the same mean budget, exact integers in bounds.
+
+    v_b is the per-rollout reward variance p_b (1 − p_b) of bin b, with p_b an EMA (rate ``beta_ema``) of the
+    bin's realised accuracy; a bin never observed gets ``v_prior`` (0.25 = the maximum, so it is explored).
+    """
+
+    def __init__(self, n_bar: int, n_min: int = 2, n_max: int = 12, beta_ema: float = 0.4, v_prior: float = 0.25):
+        super().__init__(n_bar, n_min, n_max)
+        if not 0 < beta_ema <= 1:
+            raise ValueError(f"beta_ema must be in (0, 1], got {beta_ema}")
+        if not 0 <= v_prior <= 0.25:
+            raise ValueError(f"v_prior must be in [0, 0.25], got {v_prior}")
+        self.beta_ema, self.v_prior = beta_ema, v_prior
+        self.p: dict[int, float] = {}
+
+    def variance(self, b: int) -> float:
+        p = self.p.get(int(b))
+        return self.v_prior if p is None else p * (1 - p)
+
+    def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
+        bins = np.zeros(num_prompts, dtype=np.int64) if bins is None else np.asarray(bins, dtype=np.int64)
+        uniq, inverse, counts = self._present(bins)
+        v = np.array([self.variance(b) for b in uniq])
+        n_b = sqrt_allocation(v, counts, self.n_bar, self.n_min, self.n_max)
+        self._record(uniq, counts, n_b)
+        return n_b[inverse]
+
+    def update(self, *, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray, **_: Any) -> None:
+        row_bin = np.asarray(bins)[group_index]
+        for b in np.unique(row_bin):
+            acc = float(np.asarray(correct)[row_bin == b].mean())
+            old = self.p.get(int(b))
+            self.p[int(b)] = acc if old is None else (1 - self.beta_ema) * old + self.beta_ema * acc
+        self._bin_metrics(np.asarray(correct), group_index, bins)
+
+    def metrics(self) -> dict[str, float]:
+        out = self._common_metrics()
+        if self._last:
+            for b in self._last["bins"]:
+                label = self.labels[b] if b < len(self.labels) else str(b)
+                out[f"gdro/variance/{label}"] = self.variance(b)
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"p": {int(b): p for b, p in self.p.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.p = {int(b): float(p) for b, p in state["p"].items()}

@@ -84,6 +84,7 @@ class Trainer:
         pad_id = self.engine.pad_id
         self.sampler.bind(len(self.train_problems))
         self.classifier.bind([p.uid for p in self.train_problems])
+        self.allocator.bind_labels(self.classifier.bin_labels())
         max_new = self.train_sampling.max_new_tokens
         if self.eval_cfg.at_start:
             rows.append(self._log({"step": 0, **self._evaluate()}))

@@ -97,6 +97,10 @@ def test_unknown_option_names_choices():
         ("sampler=prompt-gdro sampler.eta=-1", "eta"),
         ("sampler=prompt-gdro sampler.mode=shuffle", "mode"),
         ("sampler=prompt-gdro sampler.signal=vibes", "signal"),
+        ("allocator=rollout-gdro rollouts_per_prompt=1", "n_bar"),
+        ("allocator=rollout-gdro rollouts_per_prompt=30", "n_bar"),
+        ("allocator=sqrt allocator.n_min=10", "n_bar"),
+        ("allocator=rollout-gdro allocator.alpha_mu=-1", "alpha_mu"),
     ],
 )
 def test_invalid_values_name_the_key(override, key):

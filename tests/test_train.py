@@ -134,3 +134,20 @@ def test_prompt_gdro_with_pg_loss_signal_equals_grpo_at_ratio_one(tmp_path: Path
     assert [[r.get(k) for k in keys] for r in a] == [[r.get(k) for k in keys] for r in b]
     # float32 rounding only: |score| ~ 1e-9
     assert all(abs(v) < 1e-6 for r in b for k, v in r.items() if k.startswith("gdro/score/") and v is not None)
+
+
+def test_rollout_gdro_and_joint_runs_are_compute_neutral(tmp_path: Path):
+    """allocator=rollout-gdro (alone and with Prompt-GDRO): ragged groups, exactly n̄ per prompt every step."""
+    for i, extra in enumerate([["sampler=uniform"], ["sampler=prompt-gdro"]]):
+        _, _, rows = _run(tmp_path / str(i), [*extra, "allocator=rollout-gdro", "steps=4", "data.train_size=16",
+                                              "allocator.alpha_mu=0.5"])
+        train = [r for r in rows if "train/loss" in r]
+        assert all(r["rollout/n_per_prompt_mean"] == 4 and r["rollout/n_total"] == 32 for r in train)
+        assert all("gdro/mu" in r and any(k.startswith("gdro/rollouts/") for k in r) for r in train)
+        assert abs(sum(v for k, v in train[-1].items() if k.startswith("gdro/budget_share/")) - 1) < 1e-9
+
+
+def test_sqrt_allocator_run(tmp_path: Path):
+    _, _, rows = _run(tmp_path, ["allocator=sqrt", "steps=3", "data.train_size=16"])
+    train = [r for r in rows if "train/loss" in r]
+    assert all(r["rollout/n_total"] == 32 for r in train) and "gdro/wse" in train[-1]
