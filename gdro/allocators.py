@@ -105,6 +105,12 @@ class RolloutGDRO(_BinAllocator):
     """Rollout-GDRO (Eq. 17–21): per-bin exponential weights over arms, exact-budget DP, shadow price μ.
 
     ``score_update``:
+      - ``lagrangian`` (default): a full-information update of every arm of each bin observed this step, an EMA
+        (rate ``beta_ema``) toward (ℓ̄_b − μ)(n − n̄): the Lagrangian of "spend the budget where the loss is"
+        (Eq. 19–20 with a loss linear in n). Bins whose loss exceeds the shadow price μ prefer arms above n̄,
+        the others below; μ rises while the arm distributions ask for more than n̄ (Eq. 21). Measured on the
+        toy task, the two single-arm updates below never leave n̄: the deterministic DP picks n̄ at the start
+        (all scores equal), only the chosen arm is updated, and it keeps winning (docs/rollout-gdro.md);
       - ``official``: the chosen arm's score accumulates ``mean_loss_b − μ (n_b − n̄)`` (adversarial: arms that
         met high loss gain; the released code), no EMA;
       - ``paper``: Eq. 20's bandit loss L_b(n) = −Ĵ_b + μ n = mean_loss_b + μ n is *minimised*: the chosen arm's
@@ -115,12 +121,13 @@ class RolloutGDRO(_BinAllocator):
     """
 
     def __init__(self, n_bar: int, n_min: int = 2, n_max: int = 12, eta: float = 0.65, gamma: float = 0.01,
-                 alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "official",
+                 alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
                  consumption: str = "expected", signal: str = "failure_rate"):
         super().__init__(n_bar, n_min, n_max)
         checks = [("eta", eta > 0, "must be > 0"), ("gamma", 0 < gamma <= 1, "must be in (0, 1]"),
                   ("alpha_mu", alpha_mu >= 0, "must be >= 0"), ("beta_ema", 0 < beta_ema <= 1, "must be in (0, 1]"),
-                  ("score_update", score_update in ("official", "paper"), "must be official | paper"),
+                  ("score_update", score_update in ("lagrangian", "official", "paper"),
+                   "must be lagrangian | official | paper"),
                   ("consumption", consumption in ("expected", "realized"), "must be expected | realized"),
                   ("signal", signal in SIGNALS, f"must be one of {SIGNALS}")]
         for key, ok, why in checks:
@@ -166,7 +173,10 @@ class RolloutGDRO(_BinAllocator):
             loss = float(per_prompt.mean())
             s = self.scores.setdefault(int(b), np.zeros(len(self.arms)))
             a = int(n) - self.n_min
-            if self.score_update == "official":
+            if self.score_update == "lagrangian":
+                rel = (self.arms - self.n_bar) / self.n_bar  # relative extra budget of each arm
+                s[:] = (1 - self.beta_ema) * s + self.beta_ema * (loss - self.mu) * rel
+            elif self.score_update == "official":
                 s[a] += loss - self.mu * (n - self.n_bar)
             else:
                 s[a] = (1 - self.beta_ema) * s[a] + self.beta_ema * -(loss + self.mu * n)

@@ -118,3 +118,16 @@ def test_state_round_trip():
 def test_bad_values_name_the_key(cls, kwargs, key):
     with pytest.raises(ValueError, match=key):
         cls(**kwargs)
+
+
+def test_lagrangian_moves_rollouts_to_high_loss_bins_under_the_budget():
+    """Default update: the high-loss bin gets more than n̄, the low-loss bin fewer, every step meets the budget
+    exactly, and the dual variable settles where the arm distributions ask for n̄ on average (Eq. 21)."""
+    alloc = RolloutGDRO(n_bar=8, n_min=2, n_max=24, alpha_mu=0.2)
+    bins = np.repeat([0, 1], [16, 16])
+    rng = np.random.default_rng(0)
+    for _ in range(60):
+        n = _step(alloc, bins, {0: 0.1, 1: 0.9}, rng)  # bin 0: failure ≈ 0.9, bin 1: failure ≈ 0.1
+        assert n.sum() == 8 * 32
+    assert n[bins == 0][0] > 8 > n[bins == 1][0]
+    assert abs(alloc.metrics()["gdro/consumption"] - 8) < 1.0 and alloc.mu > 0
