@@ -83,6 +83,8 @@ class Trainer:
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         pad_id = self.engine.pad_id
         self.sampler.bind(len(self.train_problems))
+        if hasattr(self.sampler, "bind_levels"):  # the oracle control only: it reads the generator's labels
+            self.sampler.bind_levels([p.level for p in self.train_problems])
         self.classifier.bind([p.uid for p in self.train_problems])
         self.allocator.bind_labels(self.classifier.bin_labels())
         max_new = self.train_sampling.max_new_tokens

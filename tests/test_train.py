@@ -151,3 +151,10 @@ def test_sqrt_allocator_run(tmp_path: Path):
     _, _, rows = _run(tmp_path, ["allocator=sqrt", "steps=3", "data.train_size=16"])
     train = [r for r in rows if "train/loss" in r]
     assert all(r["rollout/n_total"] == 32 for r in train) and "gdro/wse" in train[-1]
+
+
+def test_oracle_level_control_samples_levels_uniformly(tmp_path: Path):
+    _, _, rows = _run(tmp_path, ["sampler=oracle-levels", "steps=3", "prompts_per_step=64", "rollouts_per_prompt=2"])
+    shares = {k: v for k, v in rows[-1].items() if k.startswith("oracle/level_share/")}
+    assert len(shares) == 8 and abs(sum(shares.values()) - 1) < 1e-9
+    assert max(shares.values()) < 0.25  # uniform over 8 levels (192 draws), not the Zipf pool (37% level 1)
