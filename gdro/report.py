@@ -1,0 +1,505 @@
+"""Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
+
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best]
+
+Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
+``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
+``_target_`` class names of the resolved config); runs of one method are pooled over seeds.
+
+Table: for each method, the final (or best) evaluation row's ``eval/...mean@k`` / ``eval/...pass@k`` metrics,
+overall and per level (``eval/mean@k/level_L``) or per benchmark (``eval/<bench>/pass@k``), as mean ± the
+Student-t 95% half-width over seeds, plus the relative pass@k gain of the method's mean over GRPO's mean
+(``100 * (m - m_GRPO) / m_GRPO``). Written as ``table.md`` and ``table.csv``.
+
+Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
+``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+DISPLAY_NAMES = {
+    "uniform+fixed": "GRPO",
+    "prompt-gdro+fixed": "Prompt-GDRO",
+    "uniform+rollout-gdro": "Rollout-GDRO",
+    "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
+    "uniform+sqrt": "Square-root",
+}
+METHOD_ORDER = list(DISPLAY_NAMES)
+BASELINE = "uniform+fixed"
+
+# eval/[<bench>/](mean|pass)@k[/<sub>]   e.g. eval/pass@8, eval/mean@8/level_3, eval/aime24/pass@16
+METRIC_KEY = re.compile(r"^eval/(?:(?P<prefix>.+?)/)?(?P<kind>mean|pass)@(?P<k>\d+)(?:/(?P<sub>.+))?$")
+
+# Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+_T975_LARGE = ((120, 1.980), (60, 2.000), (40, 2.021), (30, 2.042))
+
+
+def t975(df: int) -> float:
+    """t_{0.975, df}: exact table for df 1-30, the nearest smaller tabulated df up to 120 (conservative), 1.96 beyond."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df <= 30:
+        return _T975[df - 1]
+    if df > 120:
+        return 1.96
+    return next(t for d, t in _T975_LARGE if df >= d)
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, int]:
+    """(mean, 95% CI half-width, n); the half-width is NaN when n < 2."""
+    vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = float(vals.mean())
+    if n == 1:
+        return m, math.nan, 1
+    return m, t975(n - 1) * float(vals.std(ddof=1)) / math.sqrt(n), n
+
+
+def _natural(s: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+
+
+def bin_sort_key(label: str) -> tuple:
+    """Numeric bin labels ascending, then non-numeric ones (e.g. ``unseen``) alphabetically."""
+    try:
+        return (0, float(label), "")
+    except ValueError:
+        return (1, 0.0, label)
+
+
+def metric_sort_key(key: str) -> tuple:
+    m = METRIC_KEY.match(key)
+    if m is None:
+        return (2, _natural(key))
+    return (
+        m["sub"] is not None,
+        _natural(m["prefix"] or ""),
+        _natural(m["sub"] or "") if m["sub"] else (),
+        m["kind"] != "mean",
+        int(m["k"]),
+    )
+
+
+def is_headline(key: str) -> bool:
+    """An overall metric (``eval/pass@8`` or ``eval/<bench>/pass@8``), not a per-level breakdown."""
+    m = METRIC_KEY.match(key)
+    return m is not None and m["sub"] is None
+
+
+def _kebab(class_name: str, suffixes: tuple[str, ...]) -> str:
+    for suf in suffixes:
+        if class_name.endswith(suf) and class_name != suf:
+            class_name = class_name[: -len(suf)]
+            break
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", class_name).lower()
+
+
+def _component(run_json: dict, group: str, default: str, suffixes: tuple[str, ...]) -> str:
+    choice = (run_json.get("choices") or {}).get(group)
+    if choice:
+        return str(choice)
+    node = (run_json.get("config") or {}).get(group)
+    target = node.get("_target_") if isinstance(node, dict) else None
+    if target:
+        return _kebab(str(target).rsplit(".", 1)[-1], suffixes)
+    return default
+
+
+def display_name(method: str) -> str:
+    return DISPLAY_NAMES.get(method, method)
+
+
+def _method_rank(method: str) -> tuple:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
+
+
+@dataclass
+class Run:
+    path: Path
+    method: str
+    seed: Any
+    config: dict = field(repr=False)
+    rows: list[dict] = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        return display_name(self.method)
+
+    def eval_rows(self) -> list[dict]:
+        return [r for r in self.rows if any(METRIC_KEY.match(k) for k in r)]
+
+    def has(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for r in self.rows for k in r)
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a half-written last line of a live run
+                continue
+    return rows
+
+
+def load_run(run_dir: Path) -> Run:
+    run_dir = Path(run_dir)
+    meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    config = meta.get("config") or {}
+    sampler = _component(meta, "sampler", "uniform", ("Sampler",))
+    allocator = _component(meta, "allocator", "fixed", ("Allocator",))
+    return Run(
+        path=run_dir,
+        method=f"{sampler}+{allocator}",
+        seed=config.get("seed"),
+        config=config,
+        rows=_read_jsonl(run_dir / "metrics.jsonl"),
+    )
+
+
+def find_runs(sweep_dir: str | Path) -> list[Run]:
+    """Every run (a dir with ``run.json`` + ``metrics.jsonl``) at or under ``sweep_dir``, method order then seed."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return []
+    dirs = sorted({p.parent for p in sweep_dir.rglob("metrics.jsonl") if (p.parent / "run.json").is_file()})
+    runs = [load_run(d) for d in dirs]
+    runs.sort(key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path)))
+    return runs
+
+
+def _select_row(run: Run, which: str) -> dict | None:
+    rows = run.eval_rows()
+    if not rows:
+        return None
+    if which == "final":
+        return rows[-1]
+    if which == "best":
+        head = sorted((k for k in rows[-1] if is_headline(k)), key=metric_sort_key)
+        return max(rows, key=lambda r: r.get(head[0], -math.inf)) if head else rows[-1]
+    raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+
+
+def aggregate(runs: list[Run], *, which: str = "final") -> list[dict]:
+    """One row per method (GRPO first) over its runs' final (or best-mean@k) evaluation rows.
+
+    Each row: ``method``, ``name``, ``n`` (runs with an eval row), ``seeds``, ``metrics`` ({key: (mean, ci, n)},
+    ci NaN when n < 2, keys in display order) and ``gain`` ({headline pass@k key: % over GRPO's mean, or None}).
+    """
+    by_method: dict[str, list[dict]] = {}
+    seeds: dict[str, list] = {}
+    for run in runs:
+        row = _select_row(run, which)
+        if row is None:
+            continue
+        by_method.setdefault(run.method, []).append(row)
+        seeds.setdefault(run.method, []).append(run.seed)
+    out = []
+    for method in sorted(by_method, key=_method_rank):
+        rows = by_method[method]
+        keys = sorted(
+            {k for r in rows for k, v in r.items() if METRIC_KEY.match(k) and isinstance(v, (int, float))},
+            key=metric_sort_key,
+        )
+        metrics = {k: mean_ci([r[k] for r in rows if isinstance(r.get(k), (int, float))]) for k in keys}
+        out.append({"method": method, "name": display_name(method), "n": len(rows),
+                    "seeds": seeds[method], "metrics": metrics, "gain": {}})
+    base = next((r for r in out if r["method"] == BASELINE), None)
+    for r in out:
+        for key, (m, _, _) in r["metrics"].items():
+            if not (is_headline(key) and METRIC_KEY.match(key)["kind"] == "pass"):
+                continue
+            g = base["metrics"].get(key, (math.nan,))[0] if base else math.nan
+            r["gain"][key] = 100.0 * (m - g) / g if math.isfinite(g) and g != 0 and math.isfinite(m) else None
+    return out
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    return sorted({k for r in rows for k in r["metrics"]}, key=metric_sort_key)
+
+
+def _label(key: str) -> str:
+    return key.removeprefix("eval/")
+
+
+def format_cell(mean: float, ci: float, n: int, digits: int = 1) -> str:
+    if n == 0 or not math.isfinite(mean):
+        return "–"
+    if n == 1:
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+def format_gain(g: float | None) -> str:
+    return "–" if g is None else f"{g:+.1f}%"
+
+
+def to_markdown(rows: list[dict]) -> str:
+    cols = _columns(rows)
+    header = ["Method", "n"]
+    for k in cols:
+        header.append(_label(k))
+        if k in {g for r in rows for g in r["gain"]}:
+            header.append(f"Δ{_label(k)} vs GRPO")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    gain_keys = {g for r in rows for g in r["gain"]}
+    for r in rows:
+        cells = [r["name"], str(r["n"])]
+        for k in cols:
+            cells.append(format_cell(*r["metrics"].get(k, (math.nan, math.nan, 0))))
+            if k in gain_keys:
+                cells.append("–" if r["method"] == BASELINE else format_gain(r["gain"].get(k)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def write_table(rows: list[dict], out_dir: str | Path) -> tuple[Path, Path]:
+    """Write ``table.md`` and ``table.csv`` (``<metric>_mean``, ``_ci``, ``_n``, ``<pass key>_gain_pct``)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "table.md"
+    md.write_text(to_markdown(rows), encoding="utf-8")
+    cols = _columns(rows)
+    gain_keys = sorted({g for r in rows for g in r["gain"]}, key=metric_sort_key)
+    header = ["method", "name", "n_seeds", "seeds"]
+    for k in cols:
+        header += [f"{_label(k)}_mean", f"{_label(k)}_ci", f"{_label(k)}_n"]
+    header += [f"{_label(k)}_gain_pct" for k in gain_keys]
+
+    def num(x: float | None) -> str:
+        return "" if x is None or not math.isfinite(x) else repr(float(x))
+
+    path = out_dir / "table.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for r in rows:
+            line = [r["method"], r["name"], r["n"], " ".join(str(s) for s in r["seeds"])]
+            for k in cols:
+                m, ci, n = r["metrics"].get(k, (math.nan, math.nan, 0))
+                line += [num(m), num(ci), n]
+            line += [num(r["gain"].get(k)) for k in gain_keys]
+            w.writerow(line)
+    return md, path
+
+
+# ---------------------------------------------------------------- figures
+
+
+def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float)) and "step" in r]
+    if not pts:
+        return np.empty(0), np.empty(0)
+    s, v = zip(*pts)
+    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+
+
+def _over_seeds(runs: list[Run], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, mean over runs and s.d. over runs (0 where only one run has the step)."""
+    by_step: dict[float, list[float]] = {}
+    for run in runs:
+        for s, v in zip(*_series(run, key)):
+            by_step.setdefault(s, []).append(v)
+    steps = np.asarray(sorted(by_step))
+    mean = np.asarray([np.mean(by_step[s]) for s in steps])
+    sd = np.asarray([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
+    return steps, mean, sd
+
+
+def _smooth(y: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(y) < window:
+        return y
+    kernel = np.ones(window) / window
+    pad = np.pad(y, (window // 2, window - 1 - window // 2), mode="edge")
+    return np.convolve(pad, kernel, mode="valid")
+
+
+def _groups(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.method, []).append(r)
+    return out
+
+
+def _colors(methods: list[str]) -> dict[str, Any]:
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    return {m: cmap(i % 10) for i, m in enumerate(methods)}
+
+
+def _headline_key(runs: list[Run], kind: str) -> str | None:
+    keys = sorted(
+        {k for r in runs for row in r.eval_rows() for k in row
+         if is_headline(k) and METRIC_KEY.match(k)["kind"] == kind},
+        key=metric_sort_key,
+    )
+    return keys[0] if keys else None
+
+
+def _fig_eval_curves(runs, groups, colors, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in (_headline_key(runs, "mean"), _headline_key(runs, "pass")) if k]
+    if not keys:
+        return False
+    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for method, rs in groups.items():
+            steps, mean, sd = _over_seeds(rs, key)
+            if len(steps) == 0:
+                continue
+            ax.plot(steps, mean, marker="o", ms=3, color=colors[method], label=f"{display_name(method)} (n={len(rs)})")
+            ax.fill_between(steps, mean - sd, mean + sd, color=colors[method], alpha=0.2, lw=0)
+        ax.set_xlabel("step")
+        ax.set_ylabel(f"{_label(key)} (%)")
+        ax.set_title(f"{_label(key)}: mean over seeds ± 1 s.d.")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    prefix = f"gdro/{kind}/"
+    # the first seed (that logs the keys) of each method
+    firsts = [next(r for r in rs if r.has(prefix)) for rs in groups.values() if any(r.has(prefix) for r in rs)]
+    if not firsts:
+        return False
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 0.4 + 2.6 * len(firsts)), squeeze=False)
+    for ax, run in zip(axes[:, 0], firsts):
+        bins = sorted({k[len(prefix):] for r in run.rows for k in r if k.startswith(prefix)}, key=bin_sort_key)
+        train = [r for r in run.rows if any(k.startswith(prefix) for k in r) and "step" in r]
+        steps = [r["step"] for r in train]
+        mat = np.full((len(bins), len(train)), np.nan)
+        for j, r in enumerate(train):
+            for i, b in enumerate(bins):
+                v = r.get(prefix + b)
+                if isinstance(v, (int, float)):
+                    mat[i, j] = v
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(bins) - 0.5, -0.5)
+        im = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        ax.set_yticks(range(len(bins)))
+        ax.set_yticklabels(bins, fontsize=8)
+        ax.set_ylabel("bin")
+        ax.set_title(f"{display_name(run.method)} (seed {run.seed}, {run.path.parent.name}/{run.path.name}): {title}", fontsize=10)
+        fig.colorbar(im, ax=ax, pad=0.01)
+    axes[-1, 0].set_xlabel("step")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: str, path) -> bool:
+    """Per method: mean over seeds of each (key, linestyle), faint raw and a moving average."""
+    import matplotlib.pyplot as plt
+
+    if not any(r.has(k) for rs in groups.values() for r in rs for k, _ in keys):
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for method, rs in groups.items():
+        for key, style in keys:
+            have = [r for r in rs if r.has(key)]
+            if not have:
+                continue
+            steps, mean, _ = _over_seeds(have, key)
+            ax.plot(steps, mean, color=colors[method], ls=style, alpha=0.2, lw=0.8)
+            ax.plot(steps, _smooth(mean, max(1, len(steps) // 15)), color=colors[method], ls=style, lw=1.6,
+                    label=f"{display_name(method)} {key.removeprefix('gdro/')} (n={len(have)})")
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
+    """Write the figures whose keys some run logs; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+    colors = _colors(list(groups))
+    made = []
+    jobs = [
+        ("eval_curves.png", lambda p: _fig_eval_curves(runs, groups, colors, p)),
+        ("bin_share_heatmap.png", lambda p: _fig_heatmap(runs, groups, "share", "realised bin share", p)),
+        ("weights_heatmap.png", lambda p: _fig_heatmap(runs, groups, "weight", "GDRO weight", p)),
+        ("rollouts_heatmap.png", lambda p: _fig_heatmap(runs, groups, "rollouts", "rollouts per prompt", p)),
+        ("lead_lag.png", lambda p: _fig_lines(groups, colors, [("gdro/lead_lag", "-")], "lead-lag",
+                                              "gdro/lead_lag (mean over seeds; bold = moving average)", p)),
+        ("wse.png", lambda p: _fig_lines(groups, colors, [("gdro/wse", "-"), ("gdro/wse_uniform", "--")], "WSE",
+                                         "gdro/wse (solid) vs gdro/wse_uniform (dashed)", p)),
+    ]
+    for name, job in jobs:
+        if job(out_dir / name):
+            made.append(out_dir / name)
+    return made
+
+
+# ---------------------------------------------------------------- CLI
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="gdro-report", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep_dir", type=Path)
+    ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
+    ap.add_argument("--which", choices=("final", "best"), default="final",
+                    help="eval row per run: the last one, or the one with the best overall mean@k")
+    args = ap.parse_args(argv)
+    runs = find_runs(args.sweep_dir)
+    if not runs:
+        print(f"gdro-report: no runs (dirs with run.json + metrics.jsonl) found under {args.sweep_dir}",
+              file=sys.stderr)
+        return 2
+    for method, rs in _groups(runs).items():
+        seeds = [r.seed for r in rs]
+        if len(set(map(str, seeds))) < len(seeds):
+            print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
+                  "its runs are pooled as independent samples", file=sys.stderr)
+    out = args.out or args.sweep_dir / "report"
+    rows = aggregate(runs, which=args.which)
+    md, csv_path = write_table(rows, out)
+    figs = make_figures(runs, out)
+    print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)\n")
+    print(md.read_text(encoding="utf-8"))
+    print(f"wrote {md}, {csv_path}" + "".join(f", {p.name}" for p in figs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
