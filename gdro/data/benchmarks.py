@@ -1,0 +1,461 @@
+"""The paper's training set and evaluation benchmarks as ``list[Problem]`` (spec §6.1).
+
+``load_benchmark("math500")`` reads ``HuggingFaceH4/MATH-500`` from the hub; ``load_benchmark("math500",
+data_files="math500.jsonl")`` reads a local copy with the same schema (``.json``/``.jsonl``, ``.parquet`` or
+``.csv``). Either way every row becomes a :class:`~gdro.data.synthetic.Problem`:
+
+* **math** benchmarks (and the DAPO training set): ``prompt = question + MATH_SUFFIX`` (the paper's
+  "Let's think step by step and output the final answer within \\boxed{}."), ``answer`` = the gold answer
+  for math-verify, with a surrounding ``\\boxed{...}`` / ``$...$`` removed;
+* **gpqa**: the four options are shuffled with a generator seeded from ``(seed, row index)`` (NumPy
+  ``SeedSequence``; the official code used unseeded ``random``), the prompt is the General-Reasoner template
+  of the official ``build_math_benchmarks.py`` and ``answer`` is the letter (``"A"``–``"D"``) of the correct
+  option.
+
+``level`` is 0 (benchmarks carry no synthetic level). ``uid`` is ``"<name>/<split>/<row id>"`` where the
+schema has an id column (``id_key``) and ``"<name>/<split>/#<row index>"`` otherwise (or when a row lacks
+its id), so uids do not depend on whether the data came from the hub or from a local copy of the same split.
+
+Column names: question and answer columns are *candidate lists* tried in order (the first column present in
+the row with a non-null value wins), like the official ``_extract_question``/``_extract_answer_text``. Every
+field of a :class:`BenchmarkSpec` can be overridden per call: ``load_benchmark("amc23",
+question_keys=("problem",))``. Column names confirmed and unconfirmed are listed per entry in
+:data:`BENCHMARKS`.
+
+Malformed rows never raise: they are skipped and counted in :class:`LoadReport` by reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from gdro.data.synthetic import Problem
+
+MATH_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
+GPQA_TEMPLATE = (
+    "{question}\n\n"
+    "A: {A}\n"
+    "B: {B}\n"
+    "C: {C}\n"
+    "D: {D}\n\n"
+    "Please reason step by step, and put your final answer within \\boxed{{}}.\n"
+    "Please only provide the letter of the answer in the box."
+)
+GPQA_LETTERS = "ABCD"
+
+Kind = Literal["math", "gpqa"]
+
+
+@dataclass(frozen=True)
+class BenchmarkSpec:
+    """Where a benchmark lives and how its rows map to problems.
+
+    ``question_keys``/``answer_keys`` are candidate columns tried in order; for ``kind="gpqa"``
+    ``answer_keys`` is ``(correct, incorrect_1, incorrect_2, incorrect_3)`` -- all four are required.
+    ``id_key`` is a column (a dotted path reaches into a struct: ``"extra_info.index"``) or ``None``.
+    """
+
+    name: str
+    hf_id: str
+    config: str | None
+    split: str
+    question_keys: tuple[str, ...]
+    answer_keys: tuple[str, ...]
+    kind: Kind = "math"
+    id_key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("math", "gpqa"):
+            raise ValueError(f"kind must be 'math' or 'gpqa', got {self.kind!r}")
+        if not self.question_keys or not self.answer_keys:
+            raise ValueError("question_keys and answer_keys must be non-empty")
+        if self.kind == "gpqa" and len(self.answer_keys) != 4:
+            raise ValueError(
+                "a gpqa spec needs answer_keys = (correct, incorrect 1, incorrect 2, incorrect 3)"
+            )
+
+
+BENCHMARKS: dict[str, BenchmarkSpec] = {
+    spec.name: spec
+    for spec in (
+        # Confirmed: create_dataset.py of the dataset repo (prompt = source_prompt[0].content, solution =
+        # reward_model.ground_truth; columns prompt, solution, data_source, source_prompt, ability,
+        # reward_model, extra_info{index}); split "train", config "en" from the official preprocessing script.
+        BenchmarkSpec(
+            "dapo_math",
+            "open-r1/DAPO-Math-17k-Processed",
+            "en",
+            "train",
+            ("prompt",),
+            ("solution",),
+            id_key="extra_info.index",
+        ),
+        # Fields from the dataset card as given in the brief (problem, solution, answer, subject, level,
+        # unique_id); "answer" (not the full solution) is the gold, as in the official _extract_answer_text.
+        BenchmarkSpec(
+            "math500",
+            "HuggingFaceH4/MATH-500",
+            None,
+            "test",
+            ("problem",),
+            ("answer",),
+            id_key="unique_id",
+        ),
+        # Confirmed (dataset card): id int64, problem, solution, answer (string), url, year; split "train".
+        BenchmarkSpec(
+            "aime2024",
+            "HuggingFaceH4/aime_2024",
+            None,
+            "train",
+            ("problem",),
+            ("answer",),
+            id_key="id",
+        ),
+        # Inferred from the sibling MathArena cards (aime_2023_II, aime_2024_I/II, aime_2026): problem_idx
+        # int64, problem, answer (int64 there); split "train". Not read from aime_2025's own card.
+        BenchmarkSpec(
+            "aime2025",
+            "MathArena/aime_2025",
+            None,
+            "train",
+            ("problem",),
+            ("answer",),
+            id_key="problem_idx",
+        ),
+        # math-ai/amc23 / minervamath / olympiadbench: single "test" split (repo file listings: test parquet
+        # / test.jsonl); columns question + answer from third-party loaders, not the cards themselves.
+        # Fallback candidates mirror the official extractor's order.
+        BenchmarkSpec(
+            "amc23",
+            "math-ai/amc23",
+            None,
+            "test",
+            ("question", "problem"),
+            ("answer", "final_answer"),
+            id_key="id",
+        ),
+        BenchmarkSpec(
+            "minerva",
+            "math-ai/minervamath",
+            None,
+            "test",
+            ("question", "problem"),
+            ("answer", "final_answer"),
+        ),
+        BenchmarkSpec(
+            "olympiadbench",
+            "math-ai/olympiadbench",
+            None,
+            "test",
+            ("question", "problem"),
+            ("final_answer", "answer"),
+            id_key="id",
+        ),
+        # Confirmed (several loaders): config gpqa_diamond, split "train", columns "Question",
+        # "Correct Answer", "Incorrect Answer 1..3". "Record ID" is from the original GPQA CSV (unconfirmed
+        # on the hub copy; rows without it fall back to the row index).
+        BenchmarkSpec(
+            "gpqa_diamond",
+            "Idavidrein/gpqa",
+            "gpqa_diamond",
+            "train",
+            ("Question",),
+            ("Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"),
+            kind="gpqa",
+            id_key="Record ID",
+        ),
+    )
+}
+
+
+@dataclass
+class LoadReport:
+    """What :func:`load_benchmark` read: rows read, problems kept, rows skipped (by reason and by index)."""
+
+    name: str
+    source: str
+    split: str
+    rows_read: int = 0
+    kept: int = 0
+    skipped: Counter = field(default_factory=Counter)
+    skipped_rows: list[tuple[int, str]] = field(default_factory=list)
+
+    @property
+    def n_skipped(self) -> int:
+        return sum(self.skipped.values())
+
+    def _skip(self, index: int, reason: str) -> None:
+        self.skipped[reason] += 1
+        self.skipped_rows.append((index, reason))
+
+    def summary(self) -> str:
+        reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.skipped.items())) or "none"
+        return (
+            f"{self.name} ({self.source}, {self.split}): read {self.rows_read}, kept {self.kept}, "
+            f"skipped {self.n_skipped} ({reasons})"
+        )
+
+
+class MalformedRow(ValueError):
+    """A row that cannot become a problem; the message is the skip reason."""
+
+
+# ---------------------------------------------------------------------------------------------- field access
+
+
+def _get(row: Mapping[str, Any], path: str) -> Any:
+    """``row["a"]["b"]`` for ``"a.b"`` (a column literally named ``"a.b"`` wins); ``None`` when absent."""
+    if path in row:
+        return row[path]
+    value: Any = row
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _first(row: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        value = _get(row, key)
+        if value is not None:
+            return value
+    return None
+
+
+def _text(value: Any, what: str) -> str:
+    """A question / option: a non-empty string, else :class:`MalformedRow`."""
+    if value is None:
+        raise MalformedRow(f"missing {what}")
+    if not isinstance(value, str):
+        raise MalformedRow(f"non-string {what}")
+    value = value.strip()
+    if not value:
+        raise MalformedRow(f"empty {what}")
+    return value
+
+
+_BOXED = "\\boxed{"
+
+
+def _last_boxed(text: str) -> str | None:
+    """The content of the last complete ``\\boxed{...}`` (braces balanced), or ``None``."""
+    start = text.rfind(_BOXED)
+    while start != -1:
+        depth, i = 1, start + len(_BOXED)
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start + len(_BOXED) : i - 1]
+        start = text.rfind(_BOXED, 0, start)
+    return None
+
+
+_DOLLARS = re.compile(r"^\$+(.*?)\$+$", re.DOTALL)
+
+
+def normalize_gold(value: Any) -> str:
+    """A gold answer as a math-verify gold string, or :class:`MalformedRow`.
+
+    Strings: the content of the last ``\\boxed{}`` if there is one, then surrounding ``$...$`` removed.
+    Integers (MathArena stores AIME answers as int64) and finite floats (integral ones without ``.0``) are
+    formatted. A list of strings (OlympiadBench ``final_answer``) is joined with ``", "``. Anything else
+    (bool, dict, NaN, ...) is malformed.
+    """
+    if value is None:
+        raise MalformedRow("missing answer")
+    if isinstance(value, bool):
+        raise MalformedRow("non-string answer")
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        if not math.isfinite(value):
+            raise MalformedRow("non-finite answer")
+        return str(int(value)) if float(value).is_integer() else repr(float(value))
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(v, str) for v in value):
+            raise MalformedRow("non-string answer")
+        parts = [normalize_gold(v) for v in value]
+        return ", ".join(parts)
+    if not isinstance(value, str):
+        raise MalformedRow("non-string answer")
+    text = value.strip()
+    boxed = _last_boxed(text)
+    if boxed is not None:
+        text = boxed.strip()
+    match = _DOLLARS.match(text)
+    if match:
+        text = match.group(1).strip()
+    if not text:
+        raise MalformedRow("empty answer")
+    return text
+
+
+def _row_id(row: Mapping[str, Any], spec: BenchmarkSpec) -> str | None:
+    if spec.id_key is None:
+        return None
+    value = _get(row, spec.id_key)
+    if value is None or isinstance(value, (bool, Mapping, list, tuple)):
+        return None
+    text = str(value).strip()
+    return text or None
+
+
+# ---------------------------------------------------------------------------------------------- row parsing
+
+
+def gpqa_options(row_index: int, seed: int) -> np.ndarray:
+    """The option order for a GPQA row: ``order[k]`` is the source option shown as letter ``"ABCD"[k]``
+    (source 0 is the correct answer). A pure function of ``(seed, row_index)``."""
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed), int(row_index)]))
+    return rng.permutation(4)
+
+
+def _math_problem(row: Mapping[str, Any], spec: BenchmarkSpec) -> tuple[str, str]:
+    question = _text(_first(row, spec.question_keys), "question")
+    return question + MATH_SUFFIX, normalize_gold(_first(row, spec.answer_keys))
+
+
+def _gpqa_problem(row: Mapping[str, Any], spec: BenchmarkSpec, index: int, seed: int) -> tuple[str, str]:
+    question = _text(_first(row, spec.question_keys), "question")
+    options: list[str] = []
+    for key in spec.answer_keys:
+        value = _get(row, key)
+        if not isinstance(value, str) or not value.strip():
+            raise MalformedRow("wrong GPQA option count")
+        options.append(value.strip())
+    if len(set(options)) != len(options):
+        raise MalformedRow("duplicate GPQA options")
+    order = gpqa_options(index, seed)
+    shown = dict(zip(GPQA_LETTERS, (options[i] for i in order), strict=True))
+    gold = GPQA_LETTERS[int(np.flatnonzero(order == 0)[0])]
+    return GPQA_TEMPLATE.format(question=question, **shown), gold
+
+
+def problems_from_rows(
+    rows: Iterable[Mapping[str, Any]],
+    spec: BenchmarkSpec,
+    *,
+    split: str | None = None,
+    seed: int = 0,
+    source: str = "<rows>",
+) -> tuple[list[Problem], LoadReport]:
+    """Turn already-loaded rows (dicts) into problems; malformed rows are skipped and reported."""
+    split = split or spec.split
+    report = LoadReport(spec.name, source, split)
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for index, row in enumerate(rows):
+        report.rows_read += 1
+        try:
+            if not isinstance(row, Mapping):
+                raise MalformedRow("row is not a mapping")
+            if spec.kind == "gpqa":
+                prompt, answer = _gpqa_problem(row, spec, index, seed)
+            else:
+                prompt, answer = _math_problem(row, spec)
+            row_id = _row_id(row, spec)
+            uid = f"{spec.name}/{split}/" + (row_id if row_id is not None else f"#{index:05d}")
+            if uid in seen:
+                raise MalformedRow("duplicate uid")
+        except MalformedRow as err:
+            report._skip(index, str(err))
+            continue
+        seen.add(uid)
+        problems.append(Problem(uid=uid, prompt=prompt, answer=answer, level=0))
+        report.kept += 1
+    return problems, report
+
+
+# ---------------------------------------------------------------------------------------------- loading
+
+_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+
+
+def _file_format(data_files: str | list[str]) -> str:
+    files = [data_files] if isinstance(data_files, str) else list(data_files)
+    if not files:
+        raise ValueError("data_files is empty")
+    formats = set()
+    for f in files:
+        suffix = Path(f).suffix.lower()
+        if suffix not in _FORMATS:
+            raise ValueError(f"unsupported data file {f!r}: expected one of {sorted(_FORMATS)}")
+        formats.add(_FORMATS[suffix])
+    if len(formats) > 1:
+        raise ValueError(f"data_files mix formats {sorted(formats)}; pass files of one format")
+    return formats.pop()
+
+
+def get_spec(name: str, **overrides: Any) -> BenchmarkSpec:
+    """The registered spec for ``name`` with ``overrides`` applied; unknown names raise ``ValueError``."""
+    if name not in BENCHMARKS:
+        raise ValueError(f"unknown benchmark {name!r}; known: {', '.join(sorted(BENCHMARKS))}")
+    spec = BENCHMARKS[name]
+    for key in ("question_keys", "answer_keys"):
+        if isinstance(overrides.get(key), str):
+            overrides[key] = (overrides[key],)
+        elif key in overrides:
+            overrides[key] = tuple(overrides[key])
+    return dataclasses.replace(spec, **overrides) if overrides else spec
+
+
+def load_benchmark(
+    name: str,
+    *,
+    data_files: str | list[str] | None = None,
+    split: str | None = None,
+    seed: int = 0,
+    limit: int | None = None,
+    cache_dir: str | None = None,
+    **overrides: Any,
+) -> tuple[list[Problem], LoadReport]:
+    """Load benchmark ``name`` (a key of :data:`BENCHMARKS`) as problems plus a :class:`LoadReport`.
+
+    Without ``data_files`` the hub dataset ``spec.hf_id`` (config ``spec.config``, split ``split`` or
+    ``spec.split``) is read with ``datasets.load_dataset``. With ``data_files`` those local files are read
+    (format from the extension) and ``split`` only labels the uids, so a local copy of a split gets the
+    same uids as the hub. ``limit`` reads only the first ``limit`` rows. ``seed`` fixes the GPQA option
+    order. ``overrides`` replace :class:`BenchmarkSpec` fields (``question_keys=("problem",)``, ...).
+    """
+    spec = get_spec(name, **overrides)
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0, got {limit}")
+    import datasets  # lazy: the synthetic task never needs it
+
+    split = split or spec.split
+    if data_files is None:
+        ds = datasets.load_dataset(spec.hf_id, spec.config, split=split, cache_dir=cache_dir)
+        source = spec.hf_id + (f":{spec.config}" if spec.config else "")
+    else:
+        fmt = _file_format(data_files)
+        ds = datasets.load_dataset(fmt, data_files=data_files, split="train", cache_dir=cache_dir)
+        source = ", ".join([data_files] if isinstance(data_files, str) else data_files)
+    if limit is not None:
+        ds = ds.select(range(min(limit, len(ds))))
+    return problems_from_rows(ds, spec, split=split, seed=seed, source=source)
+
+
+__all__ = [
+    "BENCHMARKS",
+    "GPQA_TEMPLATE",
+    "MATH_SUFFIX",
+    "BenchmarkSpec",
+    "LoadReport",
+    "MalformedRow",
+    "get_spec",
+    "gpqa_options",
+    "load_benchmark",
+    "normalize_gold",
+    "problems_from_rows",
+]
