@@ -35,6 +35,7 @@ DISPLAY_NAMES = {
     "uniform+rollout-gdro": "Rollout-GDRO",
     "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
     "uniform+sqrt": "Square-root",
+    "oracle-levels+fixed": "Oracle: uniform over levels (control)",
 }
 METHOD_ORDER = list(DISPLAY_NAMES)
 BASELINE = "uniform+fixed"
