@@ -1,0 +1,230 @@
+"""``gdro-eval``: evaluate a model (base or trained checkpoint) on a benchmark suite (spec §6.5).
+
+Hydra app with the primary config ``conf/eval_app.yaml``. Everything cheap is validated first — the model,
+eval, reward and rollout options, the benchmark names and local files, the checkpoint directory — and every
+benchmark is loaded before the model, so a bad value fails with a message naming its key before any weights
+load.
+
+Metrics (percentages; ``k`` = ``eval.k``, paper: 8 samples at T 0.6, top-p 0.8, top-k 20):
+
+* ``eval/<bench>/mean@k``, ``eval/<bench>/pass@k``, ``eval/<bench>/n_problems``, ``.../len_mean``,
+  ``.../truncated_frac``; for the toy copy task also ``eval/toy_copy/{mean,pass}@k/level_<L>``;
+* ``eval/aime/mean@k`` and ``eval/aime/pass@k``: the average of aime2024 and aime2025 when both are
+  evaluated (Table 1's AIME column);
+* ``eval/pass@k`` and ``eval/mean@k``: pooled over **all prompts of all benchmarks** (prompt-weighted).
+  Ambiguity: the paper does not say how Table 1's single pass@8 column is aggregated; the official code's
+  ``val-core/acc/pass@k`` pools all validation prompts, which is what this reports. (The official code also
+  merges prompts with identical text across files; here each benchmark's problems count separately.)
+  ``eval/mean@k/macro``: the unweighted average of the benchmark columns as Table 1 lays them out (AIME
+  counted once, as the 2024/2025 average).
+
+``pass@k`` uses the unbiased estimator with n = k samples, which equals the empirical "any of k correct".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+import torch
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from gdro.build import ConfigError, _instantiate
+from gdro.data.benchmarks import BENCHMARKS, load_benchmark
+from gdro.data.synthetic import CopyTask, Problem
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+log = logging.getLogger("gdro.eval")
+
+TOY = "toy_copy"
+GROUPS = ("model", "eval", "reward", "rollout")
+AIME = ("aime2024", "aime2025")
+
+
+def known_benchmarks() -> list[str]:
+    return sorted([*BENCHMARKS, TOY])
+
+
+@dataclass
+class EvalPlan:
+    """Validated, model-free parts of an evaluation: the components and every benchmark's problems."""
+
+    parts: dict[str, Any]
+    benchmarks: dict[str, list[Problem]]
+    reports: dict[str, str] = field(default_factory=dict)
+    threads: int | None = None
+
+
+def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
+    raw = OmegaConf.to_container(cfg.benchmarks, resolve=True) if "benchmarks" in cfg else None
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError("benchmarks must be a non-empty list of {name: ..., data_files: ...} entries")
+    out, seen = [], set()
+    for i, entry in enumerate(raw):
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if not isinstance(entry, dict) or "name" not in entry:
+            raise ConfigError(f"benchmarks[{i}] must be a mapping with a 'name' key, got {entry!r}")
+        name = entry["name"]
+        if name not in BENCHMARKS and name != TOY:
+            raise ConfigError(f"benchmarks[{i}].name: unknown benchmark {name!r}; known: {', '.join(known_benchmarks())}")
+        if name in seen:
+            raise ConfigError(f"benchmarks[{i}].name: benchmark {name!r} is listed twice")
+        seen.add(name)
+        files = entry.get("data_files")
+        if name == TOY and files is not None:
+            raise ConfigError(f"benchmarks[{i}].data_files must be null for {TOY} (the split is generated)")
+        for f in [files] if isinstance(files, str) else (files or []):
+            if not Path(f).is_file():
+                raise ConfigError(f"benchmarks[{i}].data_files: no such file {f!r} (benchmark {name})")
+        out.append(dict(entry))
+    return out
+
+
+def _load_problems(entry: dict[str, Any], i: int) -> tuple[list[Problem], str]:
+    name = entry.pop("name")
+    files = entry.pop("data_files", None)
+    try:
+        if name == TOY:
+            problems = CopyTask(**entry).test()
+            summary = f"{TOY} (embedded CopyTask test split): {len(problems)} problems"
+        else:
+            problems, report = load_benchmark(name, data_files=files, **entry)
+            summary = report.summary()
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"benchmarks[{i}] ({name}): {err}") from err
+    if not problems:
+        raise ConfigError(f"benchmarks[{i}] ({name}) has no usable problems: {summary}")
+    return problems, summary
+
+
+def build_plan(cfg: DictConfig) -> EvalPlan:
+    """Validate the whole config and load every benchmark — no model is loaded here."""
+    missing = [g for g in GROUPS if g not in cfg]
+    if missing:
+        raise ConfigError(f"config is missing the groups {missing}")
+    parts = {g: _instantiate(cfg[g], g) for g in GROUPS}
+    from gdro.rollout.hf import HFEngineConfig
+
+    if not isinstance(parts["rollout"], HFEngineConfig):
+        raise ConfigError(f"rollout engine {type(parts['rollout']).__name__} is not supported by gdro-eval yet")
+    ckpt = cfg.get("checkpoint")
+    if ckpt is not None:
+        if not (Path(str(ckpt)) / "config.json").is_file():
+            raise ConfigError(f"checkpoint: {ckpt!r} is not a model directory (no config.json)")
+        import dataclasses
+
+        parts["model"] = dataclasses.replace(parts["model"], name_or_path=str(ckpt))
+    threads = cfg.get("threads")
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise ConfigError(f"threads must be a positive int or null, got {threads!r}")
+    entries = _entries(cfg)
+    benchmarks, reports = {}, {}
+    for i, entry in enumerate(entries):
+        name = entry["name"]
+        benchmarks[name], reports[name] = _load_problems(entry, i)
+        log.info("%s", reports[name])
+    return EvalPlan(parts, benchmarks, reports, threads)
+
+
+def aggregate(per_bench: dict[str, dict[str, float]], k: int) -> dict[str, float]:
+    """Per-benchmark keys, the AIME average, the pooled overall figures and the macro average."""
+    out: dict[str, float] = {}
+    for name, m in per_bench.items():
+        for key, v in m.items():
+            sub = key.removeprefix("eval/")
+            if name != TOY and "/level_" in sub:
+                continue  # real benchmarks all have level 0: the per-level keys repeat the totals
+            out[f"eval/{name}/{sub}"] = v
+    total = sum(m["eval/n_problems"] for m in per_bench.values())
+    for stat in ("mean", "pass"):
+        key = f"eval/{stat}@{k}"
+        out[key] = sum(m[key] * m["eval/n_problems"] for m in per_bench.values()) / total
+        if all(a in per_bench for a in AIME):
+            out[f"eval/aime/{stat}@{k}"] = sum(per_bench[a][key] for a in AIME) / len(AIME)
+    cols = [per_bench[n][f"eval/mean@{k}"] for n in per_bench if n not in AIME or not all(a in per_bench for a in AIME)]
+    if all(a in per_bench for a in AIME):
+        cols.append(out[f"eval/aime/mean@{k}"])
+    out[f"eval/mean@{k}/macro"] = sum(cols) / len(cols)
+    out["eval/n_problems"] = float(total)
+    return out
+
+
+def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
+    rows = [f"| benchmark | mean@{k} | pass@{k} | n |", "|---|---:|---:|---:|"]
+    for name in [*names, *(["aime"] if f"eval/aime/mean@{k}" in metrics else [])]:
+        n = metrics.get(f"eval/{name}/n_problems")
+        label = name if n is not None else "aime (avg 2024, 2025)"
+        rows.append(
+            f"| {label} | {metrics[f'eval/{name}/mean@{k}']:.2f} | {metrics[f'eval/{name}/pass@{k}']:.2f} | "
+            f"{int(n) if n is not None else ''} |"
+        )
+    rows.append(
+        f"| **all (pooled over prompts)** | {metrics[f'eval/mean@{k}']:.2f} | {metrics[f'eval/pass@{k}']:.2f} | "
+        f"{int(metrics['eval/n_problems'])} |"
+    )
+    return "\n".join(rows) + "\n"
+
+
+def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
+    """Validate ``cfg``, load the model, evaluate every benchmark, write ``eval.json``/``eval.md`` to ``out_dir``."""
+    from gdro.evaluation import evaluate
+    from gdro.models import load_model
+    from gdro.rollout.hf import HFGenerator
+
+    plan = build_plan(cfg)
+    if plan.threads is not None:
+        torch.set_num_threads(plan.threads)
+    spec, eval_cfg, eng_cfg = plan.parts["model"], plan.parts["eval"], plan.parts["rollout"]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log.info("loading model %s", spec.name_or_path)
+    model, tokenizer = load_model(spec)  # CPU: HFGenerator keeps its tensors on the CPU (as the trainer does)
+    engine = HFGenerator(model, tokenizer, use_chat_template=spec.use_chat_template,
+                         max_prompt_len=spec.max_prompt_len, batch_size=eng_cfg.batch_size)
+    k = eval_cfg.k
+    per_bench: dict[str, dict[str, float]] = {}
+    for name, problems in plan.benchmarks.items():
+        t0 = time.perf_counter()
+        per_bench[name] = evaluate(engine, problems, plan.parts["reward"], eval_cfg, spec.max_new_tokens)
+        log.info("%s: mean@%d %.2f pass@%d %.2f (%d problems, %.1fs)", name, k, per_bench[name][f"eval/mean@{k}"],
+                 k, per_bench[name][f"eval/pass@{k}"], per_bench[name]["eval/n_problems"], time.perf_counter() - t0)
+    metrics = aggregate(per_bench, k)
+    md = markdown(metrics, list(plan.benchmarks), k)
+    record = {
+        "metrics": metrics,
+        "model": spec.name_or_path,
+        "k": k,
+        "benchmarks": plan.reports,
+        "choices": choices or {},
+        "config": OmegaConf.to_container(cfg, resolve=True),
+    }
+    (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
+    (out_dir / "eval.md").write_text(md)
+    print(md, end="")
+    return metrics
+
+
+@hydra.main(config_path=CONF_DIR, config_name="eval_app", version_base="1.3")
+def _eval(cfg: DictConfig) -> float:
+    hc = HydraConfig.get()
+    choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+    out = cfg.get("out") or hc.runtime.output_dir
+    metrics = run_eval(cfg, out, choices=choices)
+    log.info("wrote %s/eval.json and eval.md", out)
+    return float(metrics[f"eval/pass@{cfg.eval.k}"])
+
+
+def main() -> None:
+    """Console script ``gdro-eval``."""
+    _eval()
+
+
+if __name__ == "__main__":
+    main()
