@@ -15,7 +15,8 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     .venv/bin/python -m pip install -q ${TORCH_SPEC:-torch==2.13.0}
   fi
 fi
-if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest" >/dev/null 2>&1; then
+if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest, nbclient, ipykernel" >/dev/null 2>&1 \
+   || ! .venv/bin/gdro-eval --help >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q -e ".[dev]"
 fi
 echo "gdro environment ready: $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"
