@@ -1,7 +1,7 @@
 """Build and warm-start the embedded tiny model (0.8M-parameter Qwen3 + char-level tokenizer) on the copy task.
 
     python scripts/build_tiny_model.py                     # rebuilds the shipped checkpoint at gdro/assets/tiny-copy
-    python scripts/build_tiny_model.py --out /tmp/tiny --sft-steps 300 --seed 1
+    python scripts/build_tiny_model.py --out outputs/tiny-variant --sft-steps 300 --seed 1
 
 Deterministic for a fixed seed and thread count (~20 s on 2 CPU threads). The defaults are those of
 ``gdro.models.build_tiny``, which were chosen so that the shipped model leaves GRPO headroom (see its docstring).
