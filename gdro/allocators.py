@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro.bandit import mixed_distribution
+from gdro.bandit import bin_means, mixed_distribution
 from gdro.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
 
 SIGNALS = ("pg_loss", "pg_kl", "failure_rate")
@@ -66,14 +66,15 @@ class _BinAllocator:
     def _record(self, uniq: np.ndarray, counts: np.ndarray, n_b: np.ndarray) -> None:
         self._last = {"bins": uniq, "counts": counts, "n_b": n_b}
 
-    def _bin_metrics(self, correct: np.ndarray, group_index: np.ndarray, bins: np.ndarray) -> None:
-        """Per-bin realised accuracy this step (for σ̂_b in the weighted-SE proxy)."""
-        uniq = self._last.get("bins")
-        if uniq is None:
-            return
-        row_bin = np.asarray(bins)[group_index]
-        acc = np.array([correct[row_bin == b].mean() if (row_bin == b).any() else np.nan for b in uniq])
-        self._last["acc"] = acc
+    def _bin_mean(self, per_rollout: np.ndarray, group_index: np.ndarray, bins: np.ndarray) -> np.ndarray:
+        """Eq. 17–18 for the bins allocated this step: each prompt's mean over its rollouts, then the mean over
+        the bin's prompts (NaN for a bin with no rollouts)."""
+        bins = np.asarray(bins, dtype=np.int64)
+        g = len(bins)
+        per_prompt = np.bincount(group_index, weights=np.asarray(per_rollout, dtype=np.float64), minlength=g)
+        per_prompt /= np.maximum(np.bincount(group_index, minlength=g), 1)
+        mean, _ = bin_means(per_prompt, bins, int(bins.max()) + 1)
+        return mean[self._last["bins"]]
 
     def _common_metrics(self) -> dict[str, float]:
         if not self._last:
@@ -88,7 +89,8 @@ class _BinAllocator:
             out[f"gdro/budget_share/{label}"] = float(c * n / total)
         acc = self._last.get("acc")
         if acc is not None:
-            sigma = np.sqrt(np.clip(np.nan_to_num(acc, nan=0.5) * (1 - np.nan_to_num(acc, nan=0.5)), 0, None))
+            p = np.nan_to_num(acc, nan=0.5)
+            sigma = np.sqrt(p * (1 - p))
             wse, wse_uniform = weighted_se(q, sigma, n_b), weighted_se(q, sigma, np.full(len(n_b), self.n_bar))
             out["gdro/wse"] = float(wse)
             out["gdro/wse_uniform"] = float(wse_uniform)
@@ -160,21 +162,14 @@ class RolloutGDRO(_BinAllocator):
         if not self._last:
             return
         uniq, n_b = self._last["bins"], self._last["n_b"]
-        sig = np.asarray(signals[self.signal], dtype=np.float64)
-        row_bin = np.asarray(bins)[group_index]
-        for b, n in zip(uniq, n_b):
-            rows = row_bin == b
-            if not rows.any():
+        losses = self._bin_mean(signals[self.signal], group_index, bins)
+        rel = (self.arms - self.n_bar) / self.n_bar  # relative extra budget of each arm
+        for b, n, loss in zip(uniq, n_b, losses):
+            if np.isnan(loss):
                 continue
-            # prompt-level mean first (Eq. 17), then over the bin's prompts (Eq. 18)
-            g = group_index[rows]
-            prompts = np.unique(g)
-            per_prompt = np.bincount(g, weights=sig[rows])[prompts] / np.bincount(g)[prompts]
-            loss = float(per_prompt.mean())
             s = self.scores.setdefault(int(b), np.zeros(len(self.arms)))
             a = int(n) - self.n_min
             if self.score_update == "lagrangian":
-                rel = (self.arms - self.n_bar) / self.n_bar  # relative extra budget of each arm
                 s[:] = (1 - self.beta_ema) * s + self.beta_ema * (loss - self.mu) * rel
             elif self.score_update == "official":
                 s[a] += loss - self.mu * (n - self.n_bar)
@@ -184,7 +179,7 @@ class RolloutGDRO(_BinAllocator):
         consumed = self._last["expected"] if self.consumption == "expected" else realised
         self.mu = self.mu + self.alpha_mu * (consumed - self.n_bar)  # Eq. 21 (dual ascent on the budget)
         self._last["consumed"] = consumed
-        self._bin_metrics(np.asarray(correct), group_index, bins)
+        self._last["acc"] = self._bin_mean(correct, group_index, bins)
 
     def metrics(self) -> dict[str, float]:
         out = self._common_metrics()
@@ -230,12 +225,12 @@ class SqrtAllocator(_BinAllocator):
         return n_b[inverse]
 
     def update(self, *, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray, **_: Any) -> None:
-        row_bin = np.asarray(bins)[group_index]
-        for b in np.unique(row_bin):
-            acc = float(np.asarray(correct)[row_bin == b].mean())
+        if not self._last:
+            return
+        self._last["acc"] = self._bin_mean(correct, group_index, bins)
+        for b, acc in zip(self._last["bins"], self._last["acc"]):
             old = self.p.get(int(b))
             self.p[int(b)] = acc if old is None else (1 - self.beta_ema) * old + self.beta_ema * acc
-        self._bin_metrics(np.asarray(correct), group_index, bins)
 
     def metrics(self) -> dict[str, float]:
         out = self._common_metrics()

@@ -8,7 +8,8 @@ the levels present in the pool, then a prompt uniformly within that level (with 
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -360,6 +360,23 @@ def _headline_key(runs: list[Run], kind: str) -> str | None:
     return keys[0] if keys else None
 
 
+
+def _style_line_axes(ax, ylabel: str, title: str) -> None:
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def _save(fig, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
 def _fig_eval_curves(runs, groups, colors, path) -> bool:
     import matplotlib.pyplot as plt
 
@@ -374,15 +391,8 @@ def _fig_eval_curves(runs, groups, colors, path) -> bool:
                 continue
             ax.plot(steps, mean, marker="o", ms=3, color=colors[method], label=f"{display_name(method)} (n={len(rs)})")
             ax.fill_between(steps, mean - sd, mean + sd, color=colors[method], alpha=0.2, lw=0)
-        ax.set_xlabel("step")
-        ax.set_ylabel(f"{_label(key)} (%)")
-        ax.set_title(f"{_label(key)}: mean over seeds ± 1 s.d.")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+        _style_line_axes(ax, f"{_label(key)} (%)", f"{_label(key)}: mean over seeds ± 1 s.d.")
+    return _save(fig, path)
 
 
 def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
@@ -412,10 +422,7 @@ def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
         ax.set_title(f"{display_name(run.method)} (seed {run.seed}, {run.path.parent.name}/{run.path.name}): {title}", fontsize=10)
         fig.colorbar(im, ax=ax, pad=0.01)
     axes[-1, 0].set_xlabel("step")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return _save(fig, path)
 
 
 def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: str, path) -> bool:
@@ -434,15 +441,8 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
             ax.plot(steps, mean, color=colors[method], ls=style, alpha=0.2, lw=0.8)
             ax.plot(steps, _smooth(mean, max(1, len(steps) // 15)), color=colors[method], ls=style, lw=1.6,
                     label=f"{display_name(method)} {key.removeprefix('gdro/')} (n={len(have)})")
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    _style_line_axes(ax, ylabel, title)
+    return _save(fig, path)
 
 
 def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:

@@ -105,6 +105,7 @@ class Trainer:
             t_gen = time.perf_counter() - t0
             # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
             scored = self.reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+            n_correct = np.bincount(roll.group_index, weights=scored.correct.astype(np.float64), minlength=len(ids))
             rewards = torch.as_tensor(scored.rewards, dtype=torch.float32)
             gidx = torch.as_tensor(roll.group_index)
             adv = group_advantages(
@@ -128,11 +129,10 @@ class Trainer:
             signals["failure_rate"] = 1.0 - scored.correct.astype(np.float64)
             self.sampler.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct)
             self.allocator.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct, n=n)
-            n_correct = np.bincount(roll.group_index, weights=scored.correct.astype(np.float64), minlength=len(ids))
             self.classifier.update(ids, n_correct.astype(np.int64), np.asarray(n, dtype=np.int64))
             t_ctrl += time.perf_counter() - tc
             self.engine.sync_weights(self.policy)
-            row = {"step": step, **stats, **self._rollout_metrics(roll, scored, adv, max_new)}
+            row = {"step": step, **stats, **self._rollout_metrics(roll, scored, n_correct, adv, max_new)}
             row.update(self.reward.metrics(scored))
             row.update(self.sampler.metrics())
             row.update(self.allocator.metrics())
@@ -154,9 +154,9 @@ class Trainer:
         return out
 
     @staticmethod
-    def _rollout_metrics(roll, scored, adv: torch.Tensor, max_new: int) -> dict[str, float]:
+    def _rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:
         sizes = roll.group_sizes
-        g_mean = np.bincount(roll.group_index, weights=scored.correct.astype(float), minlength=len(sizes)) / np.maximum(sizes, 1)
+        g_mean = n_correct / np.maximum(sizes, 1)
         return {
             "reward/mean": float(scored.rewards.mean()),
             "reward/std": float(scored.rewards.std()),
