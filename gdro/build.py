@@ -10,6 +10,7 @@ import copy
 import json
 import logging
 import platform
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,17 +20,15 @@ from hydra.errors import InstantiationException
 from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
-from gdro.tracking import RunLogger, git_commit
+from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
+from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
+from gdro.validate import ConfigError, validate_config
 
 log = logging.getLogger(__name__)
 
 GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
-RUN_KEYS = ("seed", "steps", "prompts_per_step", "rollouts_per_prompt", "threads", "save_final", "progress")
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; the message names the offending key."""
+COMPONENTS = (*GROUPS, "checkpoint")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
 def _instantiate(node: DictConfig, key: str) -> Any:
@@ -52,15 +51,12 @@ class Components:
 
 
 def build_components(cfg: DictConfig) -> Components:
-    """Instantiate and validate every group option and the run keys — no model is loaded here."""
-    missing = [g for g in GROUPS if g not in cfg]
-    if missing:
-        raise ConfigError(f"config is missing the groups {missing}")
-    try:
-        run = RunConfig(**{k: cfg[k] for k in RUN_KEYS})
-    except ValueError as err:
-        raise ConfigError(f"invalid run setting: {err}") from err
-    parts = {g: _instantiate(cfg[g], g) for g in GROUPS}
+    """Check every key and value (gdro.validate), then build the run settings and every group's component.
+
+    Unknown keys, wrong types, ranges and cross-field rules fail here as a one-line ConfigError naming the key;
+    no model or dataset is loaded.
+    """
+    run, parts = validate_config(cfg, COMPONENTS, RunConfig)
     return Components(run, parts)
 
 
@@ -75,9 +71,64 @@ def run_name(choices: dict[str, str] | None, seed: int) -> str:
     return "-".join(parts + [f"s{seed}"])
 
 
+def _previous_run_aside(run_dir: Path) -> None:
+    """A run dir holding an earlier run but no checkpoint: keep its files under ``*.prev-N`` names, start afresh."""
+    files = [run_dir / n for n in ("metrics.jsonl", "run.json", "config.yaml") if (run_dir / n).is_file()]
+    if not files:
+        return
+    k = 1
+    while any((run_dir / f"{f.name}.prev-{k}").exists() for f in files):
+        k += 1
+    for f in files:
+        f.rename(run_dir / f"{f.name}.prev-{k}")
+    log.warning("%s held an earlier run without a checkpoint: its files were kept as *.prev-%d", run_dir, k)
+
+
+def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any]) -> Path | None:
+    """The checkpoint this run continues from (None: a fresh start), after checking it may be resumed."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return None
+    meta = read_meta(ckpt)
+    if not run.resume:
+        raise ConfigError(f"resume=false: {run_dir} holds a checkpoint (step {meta['step']}) and is left untouched; "
+                          "pass resume=true to continue it, or choose another hydra.run.dir")
+    diffs = config_differences(meta["config"], resolved, ignore=("steps",))
+    if diffs:
+        raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
+                          f"(only steps may change): " + "; ".join(diffs))
+    if meta["step"] > run.steps:
+        raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
+    return ckpt
+
+
+def _run_record(run_dir: Path, meta: dict[str, Any], ckpt: Path | None) -> RunRecord:
+    """run.json for a fresh start, or the existing one (with a ``resumes`` entry) when resuming."""
+    path = run_dir / "run.json"
+    data = dict(meta)
+    if ckpt is not None:
+        try:
+            old = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            old = {}
+        step = read_meta(ckpt)["step"]
+        data = {**old, **meta, "resumes": [*old.get("resumes", []), {"from_step": step, "git": meta["git"]}]}
+        data.setdefault("wandb_id", old.get("wandb_id"))
+    if not data.get("wandb_id"):
+        data["wandb_id"] = uuid.uuid4().hex[:12]
+    record = RunRecord(path, data)
+    record.update(status="running", last_step=read_meta(ckpt)["step"] if ckpt is not None else 0)
+    return record
+
+
 def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Trainer:
-    """Validate the whole config, then load models and data and wire the trainer."""
-    from gdro.models import load_model
+    """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer.
+
+    Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
+    the model loads.
+    """
+    from gdro.data.filtering import drop_long_prompts
+    from gdro.models import load_model, load_tokenizer
     from gdro.rollout.hf import HFEngineConfig, HFGenerator
 
     comp = build_components(cfg)
@@ -85,10 +136,32 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     if run.threads is not None:
         torch.set_num_threads(run.threads)
     torch.manual_seed(run.seed)
-    spec, task, loss_cfg = comp["model"], comp["data"], comp["loss"]
+    spec, task, loss_cfg, eng_cfg = comp["model"], comp["data"], comp["loss"], comp["rollout"]
+    if not isinstance(eng_cfg, HFEngineConfig):
+        raise ConfigError(f"rollout engine {type(eng_cfg).__name__} is not supported by this trainer yet")
     run_dir = Path(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
     resolved = OmegaConf.to_container(cfg, resolve=True)
+    ckpt = resume_point(run, run_dir, resolved)
+
+    # data before the model: a missing dataset or a bad file fails in seconds, naming it
+    try:
+        train_problems, test_problems = task.train(), task.test()
+    except (ValueError, OSError) as err:
+        raise ConfigError(f"data: {err}") from err
+    tokenizer = load_tokenizer(spec)
+    fit = {"max_prompt_len": spec.max_prompt_len, "use_chat_template": spec.use_chat_template}
+    train_problems, dropped_train = drop_long_prompts(train_problems, tokenizer, **fit)
+    test_problems, dropped_test = drop_long_prompts(test_problems, tokenizer, **fit)
+    for split, dropped, kept in (("train", dropped_train, train_problems), ("test", dropped_test, test_problems)):
+        if dropped:
+            log.warning("%s split: dropped %d prompt(s) longer than model.max_prompt_len=%d tokens",
+                        split, dropped, spec.max_prompt_len)
+        if not kept:
+            raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every {split} prompt is longer")
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if ckpt is None:
+        _previous_run_aside(run_dir)
     meta = {
         "config": resolved,
         "choices": choices or {},
@@ -96,26 +169,31 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
         # CPU results are bit-for-bit reproducible for a given seed *and* thread count
         "torch_threads": torch.get_num_threads(),
+        "steps": run.steps,
+        "data": {"train": len(train_problems), "test": len(test_problems),
+                 "dropped_long_prompts": {"train": dropped_train, "test": dropped_test}},
     }
-    (run_dir / "run.json").write_text(json.dumps(meta, indent=2, default=str))
+    record = _run_record(run_dir, meta, ckpt)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     log.info("loading model %s", spec.name_or_path)
-    policy, tokenizer = load_model(spec)
+    policy, tokenizer = load_model(spec, tokenizer=tokenizer)
     ref_model = None
     if loss_cfg.beta_kl > 0:
         ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
-    eng_cfg = comp["rollout"]
-    if not isinstance(eng_cfg, HFEngineConfig):
-        raise ConfigError(f"rollout engine {type(eng_cfg).__name__} is not supported by this trainer yet")
     engine = HFGenerator(
         policy, tokenizer, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
         batch_size=eng_cfg.batch_size,
     )
-    logger = RunLogger(run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta)
+    logger = RunLogger(
+        run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
+        truncate_to=read_meta(ckpt)["metrics_bytes"] if ckpt is not None else None, wandb_id=record.data["wandb_id"],
+    )
     return Trainer(
         run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],
-        sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"], train_problems=task.train(), test_problems=task.test(),
+        sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"],
+        train_problems=train_problems, test_problems=test_problems,
         loss_cfg=loss_cfg, optim_cfg=comp["optim"], eval_cfg=comp["eval"],
         train_sampling=eng_cfg.sampling(spec.max_new_tokens), logger=logger, run_dir=run_dir, ref_model=ref_model,
+        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved,
     )

@@ -16,8 +16,9 @@ from gdro.rollout.base import Generator, SamplingParams
 class EvalConfig:
     """Periodic evaluation (conf/eval/*.yaml). Sampling defaults are the paper's validation settings."""
 
-    every: int = 25  # evaluate every N training steps (and always at the end); 0 = only at start/end
+    every: int = 25  # evaluate every N training steps; 0 = no periodic evaluation
     at_start: bool = True  # evaluate the initial policy before step 1
+    at_end: bool = True  # evaluate after the last step (all three off: no evaluation at all)
     k: int = 8  # samples per problem → mean@k and pass@k
     temperature: float = 0.6
     top_p: float = 0.8
@@ -32,6 +33,8 @@ class EvalConfig:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.max_problems is not None and self.max_problems < 1:
             raise ValueError(f"max_problems must be >= 1 or null, got {self.max_problems}")
+        if not 0 <= self.seed < 2**64:  # torch.manual_seed takes an unsigned 64-bit seed
+            raise ValueError(f"seed must be in [0, 2**64), got {self.seed}")
         SamplingParams(self.temperature, self.top_p, self.top_k, 1)
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:

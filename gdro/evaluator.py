@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,8 +37,10 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from gdro.build import ConfigError, _instantiate
+from gdro.cli import precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
+from gdro.validate import build_node, check_keys
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro.eval")
@@ -212,6 +215,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
 
 
 @hydra.main(config_path=CONF_DIR, config_name="eval_app", version_base="1.3")
+@user_errors()
 def _eval(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
@@ -221,8 +225,18 @@ def _eval(cfg: DictConfig) -> float:
     return float(metrics[f"eval/pass@{cfg.eval.k}"])
 
 
+def _check(cfg: DictConfig) -> None:
+    """Before Hydra starts the job: known top-level keys, and every group's keys, types and ranges."""
+    check_keys([str(k) for k in cfg if k != "hydra"], [*GROUPS, "benchmarks", "checkpoint", "out", "threads"])
+    for g in GROUPS:
+        if g not in cfg:
+            raise ConfigError(f"{g}: missing (the config must set every group)")
+        build_node(cfg[g], g)
+
+
 def main() -> None:
-    """Console script ``gdro-eval``."""
+    """Console script ``gdro-eval``: a user error (bad key, value, benchmark, checkpoint) is one line, exit 2."""
+    precheck(sys.argv[1:], "eval_app", _check)
     _eval()
 
 

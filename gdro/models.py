@@ -255,25 +255,41 @@ def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavail
     return ModelUnavailableError(f"Cannot load model {path!r}: {hint}. (Underlying error: {err})")
 
 
-def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu"):
-    """Load ``(model, tokenizer)`` for any causal LM; left padding and a pad token are guaranteed.
+def load_tokenizer(spec: ModelSpec):
+    """The model's tokenizer with left padding and a pad token (cheap: lets data be checked before the model loads).
 
     Raises ``ModelUnavailableError`` (an ``OSError``) naming the model when its files cannot be had.
     """
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     path = resolve_path(spec.name_or_path)
-    common = {"revision": spec.revision, "trust_remote_code": spec.trust_remote_code}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(path, **common)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=spec.torch_dtype, attn_implementation=spec.attn_implementation, **common)
+        tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         raise _unavailable(spec, path, err) from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None):
+    """Load ``(model, tokenizer)`` for any causal LM; left padding and a pad token are guaranteed.
+
+    Raises ``ModelUnavailableError`` (an ``OSError``) naming the model when its files cannot be had.
+    """
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = load_tokenizer(spec) if tokenizer is None else tokenizer
+    path = resolve_path(spec.name_or_path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=spec.torch_dtype, attn_implementation=spec.attn_implementation,
+            revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+    except (OSError, HfHubHTTPError, HFValidationError) as err:
+        raise _unavailable(spec, path, err) from err
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config.eos_token_id is None:

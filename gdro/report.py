@@ -1,10 +1,19 @@
 """Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
 
-    gdro-report SWEEP_DIR [--out DIR] [--which final|best]
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete]
 
 Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
 ``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
 ``_target_`` class names of the resolved config); runs of one method are pooled over seeds.
+
+Only *completed* runs are pooled: ``run.json`` ``"status"`` is ``"completed"``, its ``"last_step"`` is the
+last step in ``metrics.jsonl``, that step is ``config["steps"]`` and every metrics line is a valid JSON
+object. A run written before the trainer recorded a status counts as completed when its last logged step is
+``config["steps"]``. Every other run dir is named with the reason on stderr and beneath the table in
+``table.md``; nothing aborts the report. ``--include-incomplete`` pools the incomplete runs that load (their
+malformed lines dropped), marked; dirs that cannot give a result (a corrupt ``run.json``, an empty
+``metrics.jsonl``, or one holding two runs because a run dir was re-used: the step goes backwards) are always
+left out.
 
 Table: for each method, the final (or best) evaluation row's ``eval/...mean@k`` / ``eval/...pass@k`` metrics,
 overall and per level (``eval/mean@k/level_L``) or per benchmark (``eval/<bench>/pass@k``), as mean ± the
@@ -115,10 +124,11 @@ def _kebab(class_name: str, suffixes: tuple[str, ...]) -> str:
 
 
 def _component(run_json: dict, group: str, default: str, suffixes: tuple[str, ...]) -> str:
-    choice = (run_json.get("choices") or {}).get(group)
+    choices, config = run_json.get("choices"), run_json.get("config")
+    choice = choices.get(group) if isinstance(choices, dict) else None
     if choice:
         return str(choice)
-    node = (run_json.get("config") or {}).get(group)
+    node = config.get(group) if isinstance(config, dict) else None
     target = node.get("_target_") if isinstance(node, dict) else None
     if target:
         return _kebab(str(target).rsplit(".", 1)[-1], suffixes)
@@ -133,17 +143,37 @@ def _method_rank(method: str) -> tuple:
     return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
 
 
+STATUSES = ("running", "completed", "interrupted", "failed")
+_MAX_BAD_LINES = 5  # bad metrics lines named one by one in a reason
+
+
 @dataclass
 class Run:
+    """One run dir: its method, seed, config and metrics rows (malformed lines dropped).
+
+    ``problems`` says why the run is not a *completed* run (empty when it is): a ``status`` other than
+    ``"completed"``, a last logged step short of ``config["steps"]``, or malformed ``metrics.jsonl`` lines.
+    """
+
     path: Path
     method: str
     seed: Any
     config: dict = field(repr=False)
     rows: list[dict] = field(repr=False)
+    status: str | None = None  # run.json "status"; None for a run written before the trainer recorded it
+    problems: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return display_name(self.method)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} seed {self.seed}"
 
     def eval_rows(self) -> list[dict]:
         return [r for r in self.rows if any(METRIC_KEY.match(k) for k in r)]
@@ -152,23 +182,138 @@ class Run:
         return any(k.startswith(prefix) for r in self.rows for k in r)
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:  # a half-written last line of a live run
-                continue
-    return rows
+class UnusableRun(ValueError):
+    """A run dir whose files cannot give a result (corrupt run.json, empty metrics, two runs in one file)."""
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run dir left out of the report, and why."""
+
+    path: Path
+    reason: str
+
+
+def _step(row: dict) -> float | None:
+    s = row.get("step")
+    return float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else None
+
+
+def _fmt_step(s: Any) -> str:
+    return str(int(s)) if isinstance(s, float) and s.is_integer() else str(s)
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[tuple[int, str]], int]:
+    """The JSON-object rows of a ``metrics.jsonl``, its malformed lines as (1-based line number, what is
+    wrong) and the number of its last non-blank line.
+
+    Raises :class:`UnusableRun` when the file is unreadable or empty, has no valid row, or holds more than one
+    run (the step goes backwards: a second run appended to a re-used run dir).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UnusableRun(f"{path.name} is unreadable ({err.strerror or err})") from err
+    rows: list[dict] = []
+    bad: list[tuple[int, str]] = []
+    prev: tuple[float, int] | None = None
+    last_line = 0
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        last_line = lineno
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append((lineno, "is not valid UTF-8"))
+            continue
+        except json.JSONDecodeError:
+            bad.append((lineno, "is not valid JSON (truncated?)"))
+            continue
+        if not isinstance(row, dict):
+            bad.append((lineno, "is not a JSON object"))
+            continue
+        step = _step(row)
+        if step is not None:
+            if prev is not None and step < prev[0]:
+                raise UnusableRun(
+                    f"{path.name} holds more than one run: the step goes back from {_fmt_step(prev[0])} "
+                    f"(line {prev[1]}) to {_fmt_step(step)} (line {lineno}), so a second run was appended "
+                    "to a re-used run dir; its rows are not pooled"
+                )
+            prev = (step, lineno)
+        rows.append(row)
+    if not rows:
+        raise UnusableRun(f"{path.name} is empty" if not bad else f"{path.name} has no valid row "
+                          f"({len(bad)} lines malformed: {_bad_lines(bad, None)})")
+    return rows, bad, last_line
+
+
+def _bad_lines(bad: list[tuple[int, str]], last_line: int | None) -> str:
+    """``"line 17 is not valid JSON (truncated?); line 20 (the last) ..."`` for the first few bad lines."""
+    parts = [f"line {n}{' (the last)' if n == last_line else ''} {what}" for n, what in bad[:_MAX_BAD_LINES]]
+    if len(bad) > _MAX_BAD_LINES:
+        parts.append(f"and {len(bad) - _MAX_BAD_LINES} more")
+    return "; ".join(parts)
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise UnusableRun(f"run.json is unreadable ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        where = f"{err.reason} at byte {err.start}"
+        raise UnusableRun(f"corrupt run.json: {path}: not valid UTF-8 ({where})") from err
+    except json.JSONDecodeError as err:
+        raise UnusableRun(f"corrupt run.json: {path}: {err}") from err
+    if not isinstance(meta, dict):
+        raise UnusableRun(f"corrupt run.json: {path}: not a JSON object")
+    return meta
+
+
+def _completion_problems(meta: dict, config: dict, rows: list[dict]) -> list[str]:
+    """Why the run did not finish (empty when it did): the status, and the steps logged against the target."""
+    target = config.get("steps")
+    target = target if isinstance(target, int) and not isinstance(target, bool) else None
+    steps = [s for s in map(_step, rows) if s is not None]
+    logged = _fmt_step(steps[-1]) if steps else None
+    of = f" of {target}" if target is not None else " of ? (run.json has no config.steps)"
+    if "status" not in meta:  # written before the trainer recorded its status: judge by the steps alone
+        if target is not None and steps and steps[-1] == target:
+            return []
+        return [f"no status; last step {logged}{of}"]
+    status, last = meta["status"], meta.get("last_step")
+    if status not in STATUSES:
+        return [f"unknown status {status!r} (expected one of {', '.join(STATUSES)})"]
+    if status != "completed":
+        by = f" ({meta['interrupted_by']})" if status == "interrupted" and meta.get("interrupted_by") else ""
+        also = f" (run.json last_step {last!r})" if last != (steps[-1] if steps else None) else ""
+        error = str(meta.get("error") or "").strip().splitlines()
+        return [f"status {status}{by} at step {logged}{of}{also}" + (f": {error[0]}" if error else "")]
+    reached = target is not None and steps and steps[-1] == target
+    consistent = isinstance(last, (int, float)) and not isinstance(last, bool) and steps and last == steps[-1]
+    if reached and consistent:
+        return []
+    return [f"status completed (last_step {last!r}) but metrics.jsonl ends at step {logged}{of}"]
 
 
 def load_run(run_dir: Path) -> Run:
+    """The run in ``run_dir``; :class:`UnusableRun` when its files cannot give a result at all.
+
+    A run that loads but did not finish cleanly has ``problems`` (see :class:`Run`).
+    """
     run_dir = Path(run_dir)
-    meta = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
-    config = meta.get("config") or {}
+    meta = _read_meta(run_dir / "run.json")
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    rows, bad, last_line = read_metrics(run_dir / "metrics.jsonl")
+    problems = []
+    if bad:
+        msg = "metrics.jsonl: " + _bad_lines(bad, last_line)
+        if bad[-1][0] == last_line:
+            msg += ": the last line is malformed, and the final evaluation may be that row"
+        problems.append(msg)
+    problems += _completion_problems(meta, config, rows)
     sampler = _component(meta, "sampler", "uniform", ("Sampler",))
     allocator = _component(meta, "allocator", "fixed", ("Allocator",))
     return Run(
@@ -176,19 +321,33 @@ def load_run(run_dir: Path) -> Run:
         method=f"{sampler}+{allocator}",
         seed=config.get("seed"),
         config=config,
-        rows=_read_jsonl(run_dir / "metrics.jsonl"),
+        rows=rows,
+        status=meta.get("status") if isinstance(meta.get("status"), str) else None,
+        problems=problems,
     )
 
 
-def find_runs(sweep_dir: str | Path) -> list[Run]:
-    """Every run (a dir with ``run.json`` + ``metrics.jsonl``) at or under ``sweep_dir``, method order then seed."""
+def scan_runs(sweep_dir: str | Path) -> tuple[list[Run], list[Skipped]]:
+    """Every run dir (``run.json`` + ``metrics.jsonl``) at or under ``sweep_dir``: the runs that load
+    (complete or not; method order, then seed) and the dirs that cannot give a result, with the reason."""
     sweep_dir = Path(sweep_dir)
     if not sweep_dir.is_dir():
-        return []
+        return [], []
     dirs = sorted({p.parent for p in sweep_dir.rglob("metrics.jsonl") if (p.parent / "run.json").is_file()})
-    runs = [load_run(d) for d in dirs]
+    runs, skipped = [], []
+    for d in dirs:
+        try:
+            runs.append(load_run(d))
+        except UnusableRun as err:
+            skipped.append(Skipped(d, str(err)))
     runs.sort(key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path)))
-    return runs
+    return runs, skipped
+
+
+def find_runs(sweep_dir: str | Path, *, include_incomplete: bool = False) -> list[Run]:
+    """The completed runs at or under ``sweep_dir`` (plus the incomplete ones that load, if asked)."""
+    runs, _ = scan_runs(sweep_dir)
+    return [r for r in runs if include_incomplete or r.complete]
 
 
 def _select_row(run: Run, which: str) -> dict | None:
@@ -206,17 +365,20 @@ def _select_row(run: Run, which: str) -> dict | None:
 def aggregate(runs: list[Run], *, which: str = "final") -> list[dict]:
     """One row per method (GRPO first) over its runs' final (or best-mean@k) evaluation rows.
 
-    Each row: ``method``, ``name``, ``n`` (runs with an eval row), ``seeds``, ``metrics`` ({key: (mean, ci, n)},
+    Each row: ``method``, ``name``, ``n`` (runs with an eval row), ``seeds``, ``incomplete`` (how many of
+    those runs are not completed runs: only when such runs are passed in), ``metrics`` ({key: (mean, ci, n)},
     ci NaN when n < 2, keys in display order) and ``gain`` ({headline pass@k key: % over GRPO's mean, or None}).
     """
     by_method: dict[str, list[dict]] = {}
     seeds: dict[str, list] = {}
+    incomplete: dict[str, int] = {}
     for run in runs:
         row = _select_row(run, which)
         if row is None:
             continue
         by_method.setdefault(run.method, []).append(row)
         seeds.setdefault(run.method, []).append(run.seed)
+        incomplete[run.method] = incomplete.get(run.method, 0) + (not run.complete)
     out = []
     for method in sorted(by_method, key=_method_rank):
         rows = by_method[method]
@@ -225,8 +387,8 @@ def aggregate(runs: list[Run], *, which: str = "final") -> list[dict]:
             key=metric_sort_key,
         )
         metrics = {k: mean_ci([r[k] for r in rows if isinstance(r.get(k), (int, float))]) for k in keys}
-        out.append({"method": method, "name": display_name(method), "n": len(rows),
-                    "seeds": seeds[method], "metrics": metrics, "gain": {}})
+        out.append({"method": method, "name": display_name(method), "n": len(rows), "seeds": seeds[method],
+                    "incomplete": incomplete[method], "metrics": metrics, "gain": {}})
     base = next((r for r in out if r["method"] == BASELINE), None)
     for r in out:
         for key, (m, _, _) in r["metrics"].items():
@@ -267,7 +429,7 @@ def to_markdown(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     gain_keys = {g for r in rows for g in r["gain"]}
     for r in rows:
-        cells = [r["name"], str(r["n"])]
+        cells = [r["name"], str(r["n"]) + (f" ({r['incomplete']} incomplete)" if r.get("incomplete") else "")]
         for k in cols:
             cells.append(format_cell(*r["metrics"].get(k, (math.nan, math.nan, 0))))
             if k in gain_keys:
@@ -276,15 +438,16 @@ def to_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_table(rows: list[dict], out_dir: str | Path) -> tuple[Path, Path]:
-    """Write ``table.md`` and ``table.csv`` (``<metric>_mean``, ``_ci``, ``_n``, ``<pass key>_gain_pct``)."""
+def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tuple[Path, Path]:
+    """Write ``table.md`` (the table, then ``notes``) and ``table.csv`` (``n_incomplete``, ``<metric>_mean``,
+    ``_ci``, ``_n``, ``<pass key>_gain_pct``)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "table.md"
-    md.write_text(to_markdown(rows), encoding="utf-8")
+    md.write_text(to_markdown(rows) + (f"\n{notes}" if notes else ""), encoding="utf-8")
     cols = _columns(rows)
     gain_keys = sorted({g for r in rows for g in r["gain"]}, key=metric_sort_key)
-    header = ["method", "name", "n_seeds", "seeds"]
+    header = ["method", "name", "n_seeds", "seeds", "n_incomplete"]
     for k in cols:
         header += [f"{_label(k)}_mean", f"{_label(k)}_ci", f"{_label(k)}_n"]
     header += [f"{_label(k)}_gain_pct" for k in gain_keys]
@@ -297,7 +460,8 @@ def write_table(rows: list[dict], out_dir: str | Path) -> tuple[Path, Path]:
         w = csv.writer(fh)
         w.writerow(header)
         for r in rows:
-            line = [r["method"], r["name"], r["n"], " ".join(str(s) for s in r["seeds"])]
+            line = [r["method"], r["name"], r["n"], " ".join(str(s) for s in r["seeds"]),
+                    r.get("incomplete", 0)]
             for k in cols:
                 m, ci, n = r["metrics"].get(k, (math.nan, math.nan, 0))
                 line += [num(m), num(ci), n]
@@ -474,6 +638,42 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
 # ---------------------------------------------------------------- CLI
 
 
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)
+    return str(path) if rel == "." else rel
+
+
+def exclusion_notes(runs: list[Run], skipped: list[Skipped], root: str | Path, *,
+                    include_incomplete: bool) -> tuple[str, list[str]]:
+    """Markdown sections naming every run dir not pooled as a completed run, with the reason, and the same as
+    one line per run dir (for stderr). Both empty when every run completed and has an evaluation row."""
+    root = Path(root)
+    left, included = [], []
+    for run in runs:
+        if not run.complete:
+            (included if include_incomplete else left).append(f"`{_rel(run.path, root)}`: {run.label}: "
+                                                              + "; ".join(run.problems))
+    for sk in skipped:
+        left.append(f"`{_rel(sk.path, root)}`: {sk.reason}")
+    for run in runs:
+        if (run.complete or include_incomplete) and not run.eval_rows():
+            left.append(f"`{_rel(run.path, root)}`: {run.label}: no evaluation row in metrics.jsonl")
+    sections, lines = [], []
+    if left:
+        hint = "" if include_incomplete else " (`--include-incomplete` adds the incomplete runs that load)"
+        sections.append(f"## Runs left out of the table\n\nOnly completed runs are pooled{hint}.\n\n"
+                        + "".join(f"- {x}\n" for x in left))
+        lines += [f"left out: {x}" for x in left]
+    if included:
+        sections.append("## Incomplete runs in the table (`--include-incomplete`)\n\n"
+                        + "".join(f"- {x}\n" for x in included))
+        lines += [f"included although incomplete: {x}" for x in included]
+    return "\n".join(sections), lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="gdro-report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -481,11 +681,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
     ap.add_argument("--which", choices=("final", "best"), default="final",
                     help="eval row per run: the last one, or the one with the best overall mean@k")
+    ap.add_argument("--include-incomplete", action="store_true",
+                    help="also pool runs that did not complete (interrupted, failed, running, short or with "
+                         "malformed metrics lines), marked in the table; unreadable runs are still left out")
     args = ap.parse_args(argv)
-    runs = find_runs(args.sweep_dir)
+    found, skipped = scan_runs(args.sweep_dir)
+    runs = [r for r in found if r.complete or args.include_incomplete]
+    notes, lines = exclusion_notes(found, skipped, args.sweep_dir, include_incomplete=args.include_incomplete)
+    for line in lines:
+        print(f"gdro-report: {line}", file=sys.stderr)
     if not runs:
-        print(f"gdro-report: no runs (dirs with run.json + metrics.jsonl) found under {args.sweep_dir}",
-              file=sys.stderr)
+        what = "runs" if args.include_incomplete else "completed runs"
+        print(f"gdro-report: no {what} (dirs with run.json + metrics.jsonl) found under {args.sweep_dir}"
+              + (f"; {len(lines)} left out (above)" if lines else ""), file=sys.stderr)
         return 2
     for method, rs in _groups(runs).items():
         seeds = [r.seed for r in rs]
@@ -494,10 +702,12 @@ def main(argv: list[str] | None = None) -> int:
                   "its runs are pooled as independent samples", file=sys.stderr)
     out = args.out or args.sweep_dir / "report"
     rows = aggregate(runs, which=args.which)
-    md, csv_path = write_table(rows, out)
+    md, csv_path = write_table(rows, out, notes=notes)
     figs = make_figures(runs, out)
-    print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)\n")
-    print(md.read_text(encoding="utf-8"))
+    n_left = sum(line.startswith("left out") for line in lines)
+    print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)"
+          + (f"; {n_left} run dirs left out (listed above and in {md.name})" if n_left else "") + "\n")
+    print(to_markdown(rows))
     print(f"wrote {md}, {csv_path}" + "".join(f", {p.name}" for p in figs))
     return 0
 

@@ -79,17 +79,35 @@ def _clean(v: Any) -> Any:
 
 
 class RunLogger:
-    """One logger for a run: appends rows to ``metrics.jsonl`` and mirrors them to W&B."""
+    """One logger for a run: appends rows to ``metrics.jsonl`` and mirrors them to W&B.
 
-    def __init__(self, run_dir: Path, cfg: LoggerConfig, *, run_name: str, config: dict[str, Any]):
+    ``truncate_to`` (a byte length from :meth:`position`) cuts the file back to where a checkpoint left it, so a
+    resumed run continues it without duplicated steps. ``wandb_id`` names the W&B run; the same id resumes it.
+    """
+
+    def __init__(self, run_dir: Path, cfg: LoggerConfig, *, run_name: str, config: dict[str, Any],
+                 truncate_to: int | None = None, wandb_id: str | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
+        if truncate_to is not None:
+            size = self.path.stat().st_size if self.path.is_file() else 0
+            if size < truncate_to:
+                raise ValueError(f"{self.path} holds {size} bytes, fewer than the {truncate_to} its checkpoint "
+                                 "recorded: the metrics file was changed since; cannot resume it")
+            with self.path.open("r+b") as fh:
+                fh.truncate(truncate_to)
         self._fh = self.path.open("a", encoding="utf-8")
         self.wandb_run = None
+        self.wandb_id = wandb_id
         self.mode = resolve_wandb_mode(cfg.wandb_mode)
         if self.mode != "disabled":
             self.wandb_run = self._init_wandb(cfg, run_name, config)
+
+    def position(self) -> int:
+        """Byte length of ``metrics.jsonl`` with every row logged so far."""
+        self._fh.flush()
+        return self._fh.tell()
 
     def _init_wandb(self, cfg: LoggerConfig, name: str, config: dict[str, Any]):
         import wandb
@@ -99,6 +117,8 @@ class RunLogger:
             "config": config, "dir": str(self.run_dir), "reinit": "finish_previous",
             "settings": wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", silent=True),
         }
+        if self.wandb_id:
+            kwargs |= {"id": self.wandb_id, "resume": "allow"}
         try:
             return wandb.init(mode=self.mode, **kwargs)
         except (wandb.errors.CommError, wandb.errors.UsageError, wandb.errors.AuthenticationError) as err:
@@ -122,6 +142,28 @@ class RunLogger:
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None
+
+
+class RunRecord:
+    """``run.json``: the resolved config, the config choices, the git commit, versions — and the run's ``status``
+    (``running`` | ``completed`` | ``interrupted`` | ``failed``), its ``last_step`` and, on failure, ``error``.
+
+    Every update rewrites the file atomically (temporary file, then rename), so it is never seen half-written.
+    """
+
+    STATUSES = ("running", "completed", "interrupted", "failed")
+
+    def __init__(self, path: Path, data: dict[str, Any]):
+        self.path = Path(path)
+        self.data = data
+
+    def update(self, **fields: Any) -> None:
+        if "status" in fields and fields["status"] not in self.STATUSES:
+            raise ValueError(f"status must be one of {self.STATUSES}, got {fields['status']!r}")
+        self.data.update(fields)
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=2, default=str), encoding="utf-8")
+        os.replace(tmp, self.path)
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

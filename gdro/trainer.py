@@ -7,9 +7,13 @@ loss weights → clipped-surrogate update → controller updates → log.
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,10 +22,21 @@ import torch
 from tqdm.auto import tqdm
 
 from gdro.advantages import group_advantages
+from gdro.checkpoint import (
+    CheckpointConfig,
+    load_checkpoint,
+    read_meta,
+    rng_state,
+    save_checkpoint,
+    set_rng_state,
+)
 from gdro.evaluation import EvalConfig, evaluate
 from gdro.loss import LossConfig
 from gdro.policy import OptimConfig, ppo_update
 from gdro.rollout.base import Generator, SamplingParams
+from gdro.tracking import RunRecord
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -35,8 +50,13 @@ class RunConfig:
     threads: int | None = None  # torch intra-op threads (None = torch's default)
     save_final: bool = True  # save the final policy to <run_dir>/checkpoint
     progress: bool = True
+    resume: bool = True  # resume from the run dir's latest checkpoint; False refuses a dir that holds one
 
     def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if self.seed >= 2**63:
+            raise ValueError(f"seed must be < 2**63, got {self.seed}")
         if self.steps < 0:
             raise ValueError(f"steps must be >= 0, got {self.steps}")
         if self.prompts_per_step < 1:
@@ -53,6 +73,48 @@ def derive_seed(seed: int, *keys: int) -> int:
 
 
 STREAM_SAMPLER, STREAM_ROLLOUT, STREAM_UPDATE = 1, 2, 3
+
+
+class StopRequest:
+    """Graceful stop on SIGTERM / SIGINT: the handler only records the signal; the trainer finishes the current
+    step, saves a checkpoint and raises :class:`Interrupted`. A second SIGINT stops at once (KeyboardInterrupt)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.signum == signal.SIGINT and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.signum = signum
+        log.warning("%s received: stopping after the current step (with a checkpoint)", signal.Signals(signum).name)
+
+    @contextmanager
+    def installed(self) -> Iterator[StopRequest]:
+        """Route SIGTERM and SIGINT to this request while the body runs (main thread only; elsewhere a no-op)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield self
+            return
+        old = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        try:
+            yield self
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+class Interrupted(Exception):
+    """Training stopped on a signal after ``step`` (``checkpoint``: where it was saved, None if no step ran)."""
+
+    def __init__(self, signum: int, step: int, checkpoint: Path | None):
+        self.signum, self.step, self.checkpoint = signum, step, checkpoint
+        where = f"checkpoint {checkpoint}" if checkpoint else "no new checkpoint"
+        super().__init__(f"interrupted by {signal.Signals(signum).name} after step {step} ({where})")
 
 
 @dataclass
@@ -74,12 +136,41 @@ class Trainer:
     logger: Any
     run_dir: Path
     ref_model: torch.nn.Module | None = None
+    ckpt_cfg: CheckpointConfig = field(default_factory=CheckpointConfig)
+    resume_from: Path | None = None  # a checkpoint dir to continue from
+    record: RunRecord | None = None  # run.json: last_step is kept current at each checkpoint
+    stop: StopRequest | None = None
+    config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
 
     def fit(self) -> list[dict[str, Any]]:
-        """Train for ``run.steps`` steps; returns the logged rows."""
+        """Train for ``run.steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
+
+        ``run.json`` follows the run: ``running`` while it trains, then ``completed``, ``interrupted`` (a signal;
+        the checkpoint was saved) or ``failed`` (with the error).
+        """
+        if self.record is not None:
+            self.record.update(status="running")
+        try:
+            rows = self._fit()
+        except Interrupted as stop:
+            if self.record is not None:
+                self.record.update(status="interrupted", interrupted_by=signal.Signals(stop.signum).name)
+            raise
+        except BaseException as err:
+            if self.record is not None:
+                self.record.update(status="failed", error=f"{type(err).__name__}: {err}"[:2000])
+            raise
+        if self.record is not None:
+            self.record.update(status="completed", last_step=self.run.steps)
+        return rows
+
+    def _fit(self) -> list[dict[str, Any]]:
         run, rows = self.run, []
-        rng_sampler = np.random.default_rng(derive_seed(run.seed, STREAM_SAMPLER))
-        rng_update = np.random.default_rng(derive_seed(run.seed, STREAM_UPDATE))
+        rngs = {
+            "sampler": np.random.default_rng(derive_seed(run.seed, STREAM_SAMPLER)),
+            "update": np.random.default_rng(derive_seed(run.seed, STREAM_UPDATE)),
+        }
+        rng_sampler, rng_update = rngs["sampler"], rngs["update"]
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         pad_id = self.engine.pad_id
         self.sampler.bind(len(self.train_problems))
@@ -88,9 +179,18 @@ class Trainer:
         self.classifier.bind([p.uid for p in self.train_problems])
         self.allocator.bind_labels(self.classifier.bin_labels())
         max_new = self.train_sampling.max_new_tokens
-        if self.eval_cfg.at_start:
+        start = 0
+        if self.resume_from is not None:
+            start = self._restore(self.resume_from, optimizer, scheduler, rngs)
+            log.info("resumed from %s (step %d of %d)", self.resume_from, start, run.steps)
+        if start >= run.steps:
+            log.info("nothing to do: the run is at step %d of %d", start, run.steps)
+            return rows
+        self._check_stop(start, None)  # a signal during set-up: stop before any step
+        if start == 0 and self.eval_cfg.at_start:
             rows.append(self._log({"step": 0, **self._evaluate()}))
-        bar = tqdm(range(1, run.steps + 1), desc="gdro-train", disable=not run.progress, dynamic_ncols=True)
+        bar = tqdm(range(start + 1, run.steps + 1), desc="gdro-train", disable=not run.progress, dynamic_ncols=True,
+                   initial=start, total=run.steps)
         for step in bar:
             t0 = time.perf_counter()
             # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
@@ -139,13 +239,57 @@ class Trainer:
             row.update(self.classifier.metrics())
             row.update({"time/gen_s": t_gen, "time/update_s": t_upd, "time/controller_s": t_ctrl,
                         "time/step_s": time.perf_counter() - t0})
-            if step == run.steps or (self.eval_cfg.every and step % self.eval_cfg.every == 0):
+            if (step == run.steps and self.eval_cfg.at_end) or (self.eval_cfg.every and step % self.eval_cfg.every == 0):
                 row.update(self._evaluate())
             rows.append(self._log(row))
             bar.set_postfix({"reward": f"{row['reward/mean']:.3f}", **self._eval_postfix(rows)})
+            # 6. checkpoint on schedule, at the end, or when a signal asked us to stop (after this step's row)
+            ckpt = None
+            if self.ckpt_cfg.due(step, run.steps) or (self.stop is not None and self.stop.requested):
+                ckpt = self._save_checkpoint(step, optimizer, scheduler, rngs)
+            self._check_stop(step, ckpt)
+        bar.close()
         if run.save_final:
             self.save(self.run_dir / "checkpoint")
         return rows
+
+    def _check_stop(self, step: int, ckpt: Path | None) -> None:
+        if self.stop is not None and self.stop.requested:
+            raise Interrupted(self.stop.signum, step, ckpt)
+
+    def _save_checkpoint(self, step: int, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> Path:
+        """Everything the next step depends on, written atomically after the step's metrics row."""
+        position = self.logger.position()
+        files = {
+            "policy": self.policy.state_dict(),
+            "optimizer": {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
+            "trainer": {
+                "step": step, "sampler": self.sampler.state_dict(), "classifier": self.classifier.state_dict(),
+                "allocator": self.allocator.state_dict(), "rng": rng_state(rngs), "metrics_bytes": position,
+            },
+        }
+        meta = {"config": self.config, "metrics_bytes": position}
+        path = save_checkpoint(self.run_dir, step, files, meta, keep=self.ckpt_cfg.keep)
+        if self.record is not None:
+            self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.run_dir)))
+        return path
+
+    def _restore(self, ckpt: Path, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> int:
+        """Load a checkpoint into the bound components; returns its step."""
+        state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
+        self.policy.load_state_dict(state["policy"])
+        optimizer.load_state_dict(state["optimizer"]["optimizer"])
+        scheduler.load_state_dict(state["optimizer"]["scheduler"])
+        tr = state["trainer"]
+        self.sampler.load_state_dict(tr["sampler"])
+        self.classifier.load_state_dict(tr["classifier"])
+        self.allocator.load_state_dict(tr["allocator"])
+        set_rng_state(tr["rng"], rngs)
+        self.engine.sync_weights(self.policy)
+        step = int(tr["step"])
+        if step != int(read_meta(ckpt)["step"]):
+            raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {read_meta(ckpt)['step']}")
+        return step
 
     def _evaluate(self) -> dict[str, float]:
         t0 = time.perf_counter()

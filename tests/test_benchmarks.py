@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from gdro.data.benchmarks import (
     BENCHMARKS,
     GPQA_LETTERS,
     MATH_SUFFIX,
+    DataFileError,
     MalformedRow,
     get_spec,
     gpqa_options,
@@ -18,6 +21,7 @@ from gdro.data.benchmarks import (
     normalize_gold,
     problems_from_rows,
 )
+from gdro.data.paper import DapoMath
 from gdro.rewards import MathVerifyReward
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -253,3 +257,168 @@ def test_data_files_format_errors(tmp_path):
         load_benchmark("math500", data_files=str(tmp_path / "x.txt"))
     with pytest.raises(ValueError, match="mix"):
         load_benchmark("math500", data_files=[str(FIX / "math500.jsonl"), str(FIX / "aime2025.parquet")])
+
+
+# ---------------------------------------------------------------------------------------------- broken files
+
+
+def _row(i: int, **extra) -> bytes:
+    row = {"problem": f"Compute {i} + 1.", "answer": str(i + 1), "unique_id": f"test/{i}.json"} | extra
+    return json.dumps(row).encode() + b"\n"
+
+
+def _one_line_error(err: pytest.ExceptionInfo, *parts: str) -> str:
+    msg = str(err.value)
+    assert err.type is DataFileError and isinstance(err.value, ValueError)
+    assert "\n" not in msg and msg.strip() == msg
+    for part in parts:
+        assert part in msg, (part, msg)
+    return msg
+
+
+def test_malformed_lines_skipped_and_counted(tmp_path):
+    f = tmp_path / "math500.jsonl"
+    f.write_bytes(
+        _row(0)
+        + b"this is not json\n"  # line 2
+        + _row(2)
+        + b"\n"  # a blank line is not malformed
+        + b'{"problem": "caf\xe9 au lait", "answer": "1"}\n'  # line 5: Latin-1 bytes, not UTF-8
+        + _row(5)
+        + b"[1, 2, 3]\n"  # line 7: JSON, but not an object
+        + _row(7)
+        + _row(8)[:25]  # line 9: a truncated last line, no newline
+    )
+    problems, report = load_benchmark("math500", data_files=str(f))
+    assert [p.answer for p in problems] == ["1", "3", "6", "8"]
+    assert [p.uid for p in problems] == [f"math500/test/test/{i}.json" for i in (0, 2, 5, 7)]
+    assert (report.rows_read, report.kept, report.n_skipped) == (4, 4, 0)
+    assert report.malformed_lines == {str(f): (4, [2, 5, 7, 9])}
+    assert report.n_malformed_lines == 4
+    assert f"{f}: 4 malformed lines skipped (lines 2, 5, 7, 9)" in report.summary()
+    assert "\n" not in report.summary()
+
+
+def test_many_malformed_lines_name_the_first_five(tmp_path):
+    f = tmp_path / "m.jsonl"
+    f.write_bytes(b"".join(_row(i) if i % 2 == 0 else b"{oops\n" for i in range(20)))
+    problems, report = load_benchmark("math500", data_files=str(f))
+    assert len(problems) == 10
+    assert report.malformed_lines == {str(f): (10, [2, 4, 6, 8, 10])}
+    assert "10 malformed lines skipped (lines 2, 4, 6, 8, 10, ...)" in report.summary()
+
+
+def test_malformed_lines_per_file_and_limit(tmp_path):
+    good, bad = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    good.write_bytes(_row(0) + _row(1))
+    bad.write_bytes(_row(2) + b"\xff\xfe\n" + _row(3))
+    problems, report = load_benchmark("math500", data_files=[str(good), str(bad)])
+    assert [p.answer for p in problems] == ["1", "2", "3", "4"]
+    assert report.malformed_lines == {str(bad): (1, [2])}
+    assert f"{bad}: 1 malformed line skipped (line 2)" in report.summary()
+    problems, _ = load_benchmark("math500", data_files=str(tmp_path / "*.jsonl"), limit=3)  # a glob, sorted
+    assert [p.answer for p in problems] == ["1", "2", "3"]
+
+
+def test_clean_json_lines_keep_the_json_loader_columns(tmp_path):
+    # a BOM, a column only some rows have (an id) and a column of mixed types (answers as int and str)
+    f = tmp_path / "aime.jsonl"
+    f.write_bytes(
+        b"\xef\xbb\xbf"
+        + json.dumps({"problem": "P0", "answer": 70}).encode()
+        + b"\n"
+        + json.dumps({"problem": "P1", "answer": "588", "problem_idx": 7}).encode()
+        + b"\n"
+    )
+    problems, report = load_benchmark("aime2025", data_files=str(f))
+    assert [(p.uid, p.answer) for p in problems] == [
+        ("aime2025/train/#00000", "70"),
+        ("aime2025/train/7", "588"),
+    ]
+    assert report.malformed_lines == {}
+    # a .json file holding one JSON array is still read by datasets whole
+    arr = tmp_path / "arr.json"
+    arr.write_text(json.dumps([{"problem": "Q", "answer": "1", "unique_id": "u"}]))
+    problems, _ = load_benchmark("math500", data_files=str(arr))
+    assert [p.uid for p in problems] == ["math500/test/u"]
+
+
+@pytest.mark.parametrize("content", [b"", b"\n  \n"])
+def test_empty_file_is_a_one_line_error(tmp_path, content):
+    f = tmp_path / "empty.jsonl"
+    f.write_bytes(content)
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("math500", data_files=str(f))
+    assert _one_line_error(err, str(f)) == f"{f}: empty file"
+
+
+def test_file_without_a_valid_row_is_a_one_line_error(tmp_path):
+    f = tmp_path / "bad.jsonl"
+    f.write_bytes(b"nope\n\xff\n[1]\n" + _row(3)[:10])
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("math500", data_files=[str(FIX / "math500.jsonl"), str(f)])
+    assert _one_line_error(err) == f"{f}: no valid row (4 lines malformed, first at lines 1, 2, 3, 4)"
+
+
+def test_missing_file_is_a_one_line_error(tmp_path):
+    for data_files in (
+        str(tmp_path / "nope.jsonl"),
+        [str(FIX / "math500.jsonl"), str(tmp_path / "nope.jsonl")],
+    ):
+        with pytest.raises(DataFileError) as err:
+            load_benchmark("math500", data_files=data_files)
+        assert _one_line_error(err) == f"{tmp_path / 'nope.jsonl'}: no such file"
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("aime2025", data_files=str(tmp_path / "nope.parquet"))
+    _one_line_error(err, "nope.parquet: no such file")
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("math500", data_files=str(tmp_path / "*.jsonl"))
+    _one_line_error(err, "*.jsonl: no file matches")
+
+
+def test_unreadable_parquet_and_csv_name_the_file(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    bad.write_bytes(b"PAR1 this is not a parquet file")
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("aime2025", data_files=str(bad), cache_dir=str(tmp_path / "cache"))
+    _one_line_error(err, f"{bad}: datasets cannot read it as parquet (")
+    empty = tmp_path / "empty.csv"
+    empty.write_bytes(b"")
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("math500", data_files=str(empty), cache_dir=str(tmp_path / "cache"))
+    assert _one_line_error(err) == f"{empty}: empty file"
+    # a readable csv still loads
+    good = tmp_path / "good.csv"
+    pd.DataFrame({"problem": ["Q1", "Q2"], "answer": ["1", "2"]}).to_csv(good, index=False)
+    problems, _ = load_benchmark("math500", data_files=str(good), cache_dir=str(tmp_path / "cache"))
+    assert [p.answer for p in problems] == ["1", "2"]
+
+
+def test_hub_offline_is_a_one_line_error(tmp_path):
+    with pytest.raises(DataFileError) as err:  # conftest sets HF_DATASETS_OFFLINE=1; the cache dir is empty
+        load_benchmark("math500", cache_dir=str(tmp_path / "cache"))
+    _one_line_error(
+        err, "HuggingFaceH4/MATH-500", "could not be reached", "data_files", "data.test_data_files="
+    )
+    with pytest.raises(DataFileError) as err:
+        load_benchmark("dapo_math", cache_dir=str(tmp_path / "cache"))
+    _one_line_error(err, "open-r1/DAPO-Math-17k-Processed (config en)", "data.data_files=")
+
+
+def test_dapo_math_data_errors(tmp_path):
+    f = tmp_path / "train.jsonl"
+    f.write_bytes(
+        json.dumps({"prompt": "Find x.", "solution": "2", "extra_info": {"index": "a"}}).encode()
+        + b"\n{broken\n"
+    )
+    task = DapoMath(data_files=str(f), test_data_files=str(tmp_path / "missing.jsonl"))
+    assert [p.uid for p in task.train()] == ["dapo_math/train/a"]
+    with pytest.raises(DataFileError) as err:
+        task.test()
+    _one_line_error(err, "missing.jsonl: no such file")
+    f.write_bytes(
+        json.dumps({"prompt": "", "solution": "2"}).encode() + b"\n"
+    )  # a row, but no usable problem
+    with pytest.raises(DataFileError) as err:
+        DapoMath(data_files=str(f)).train()
+    _one_line_error(err, "train split 'dapo_math' has no usable problems", "empty question: 1")

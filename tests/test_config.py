@@ -117,8 +117,8 @@ def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
          f"hydra.run.dir={tmp_path}/run"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
-    assert proc.returncode != 0
-    assert "lr must be > 0" in proc.stderr
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "config error: optim.lr=-1: must be > 0"  # one line, no traceback
     out = proc.stdout + proc.stderr
     assert "ModelUnavailable" not in out and "loading model" not in out
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -24,15 +24,24 @@ BINS = ["0", "1", "10", "2", "unseen"]  # deliberately not in numeric order
 
 def make_run(root: Path, name: str, sampler: str, allocator: str, seed: int, final_mean: float,
              *, final_pass: float | None = None, level2: float = 50.0, gdro: bool = False,
-             with_choices: bool = True, steps: int = 6) -> Path:
+             with_choices: bool = True, steps: int = 6, logged: int | None = None,
+             status: str | None = "completed", error: str | None = None) -> Path:
+    """A run dir as the trainer writes it: ``logged`` (default ``steps``) of ``steps`` steps in metrics.jsonl,
+    run.json with ``status`` and ``last_step`` (``status=None``: a run.json written before the trainer
+    recorded them)."""
     d = root / name
     d.mkdir(parents=True)
-    config = {"seed": seed, "sampler": {"_target_": TARGETS[sampler]}, "allocator": {"_target_": TARGETS[allocator]}}
+    logged = steps if logged is None else logged
+    config = {"seed": seed, "steps": steps, "sampler": {"_target_": TARGETS[sampler]},
+              "allocator": {"_target_": TARGETS[allocator]}}
     choices = {"sampler": sampler, "allocator": allocator} if with_choices else {}
-    (d / "run.json").write_text(json.dumps({"config": config, "choices": choices}))
+    meta = {"config": config, "choices": choices, "git": {"commit": "abc", "dirty": False}}
+    if status is not None:
+        meta.update({"status": status, "last_step": logged} | ({"error": error} if error else {}))
+    (d / "run.json").write_text(json.dumps(meta))
     final_pass = final_mean + 5 if final_pass is None else final_pass
     rows = []
-    for step in range(steps + 1):
+    for step in range(logged + 1):
         row = {"step": step, "train/loss": 0.1}
         if gdro:
             for i, b in enumerate(BINS):
@@ -52,7 +61,6 @@ def make_run(root: Path, name: str, sampler: str, allocator: str, seed: int, fin
     with (d / "metrics.jsonl").open("w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
-        fh.write('{"step": 99, "eval/mean@8": ')  # half-written line of a live run: ignored
     return d
 
 
@@ -85,7 +93,7 @@ def test_find_runs_methods_and_order(sweep: Path):
     assert [r.seed for r in runs[:3]] == [0, 1, 2]
     # pgdro/1 has empty choices: method derived from the _target_ class names
     assert runs[4].path.name == "1" and runs[4].method == "prompt-gdro+fixed"
-    assert all(r.rows[-1]["step"] == 6 for r in runs)  # the broken last line was skipped
+    assert all(r.rows[-1]["step"] == 6 and r.complete and r.status == "completed" for r in runs)
 
 
 def test_aggregate_means_ci_gain(sweep: Path):
@@ -124,7 +132,9 @@ def test_aggregate_best_row(sweep: Path):
 def test_benchmark_layout_and_no_baseline(tmp_path: Path):
     d = tmp_path / "s" / "a"
     d.mkdir(parents=True)
-    (d / "run.json").write_text(json.dumps({"config": {"seed": 3}, "choices": {"sampler": "prompt-gdro"}}))
+    meta = {"config": {"seed": 3, "steps": 5}, "choices": {"sampler": "prompt-gdro"}, "status": "completed",
+            "last_step": 5}
+    (d / "run.json").write_text(json.dumps(meta))
     (d / "metrics.jsonl").write_text(json.dumps({"step": 5, "eval/aime/pass@16": 30.0, "eval/math/mean@4": 60.0}))
     rows = aggregate(find_runs(tmp_path / "s"))
     assert rows[0]["method"] == "prompt-gdro+fixed"
@@ -198,3 +208,193 @@ def test_mean_ci_small():
     m, ci, n = mean_ci([1.0, 3.0])
     assert (m, n) == (2.0, 2) and ci == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
     assert report.format_cell(2.0, math.nan, 1) == "2.0 (n=1)"
+
+
+# ---------------------------------------------------------------- finished vs crashed runs
+
+
+def _truncate_last_line(path: Path) -> None:
+    text = path.read_text()
+    last = text.rstrip("\n").rsplit("\n", 1)[-1]
+    path.write_text(text[: len(text.rstrip("\n")) - len(last) // 2])  # a half-written row, no newline
+
+
+def _append_second_run(d: Path) -> None:
+    """A second run written into the same run dir: its rows follow the first run's in metrics.jsonl."""
+    first = (d / "metrics.jsonl").read_text()
+    second = make_run(d / "again", "x", "uniform", "fixed", 0, 10.0, steps=3)
+    (d / "metrics.jsonl").write_text(first + (second / "metrics.jsonl").read_text())
+    for f in second.iterdir():
+        f.unlink()
+    second.rmdir()
+    second.parent.rmdir()
+
+
+def add_bad_runs(sweep: Path) -> Path:
+    """One run dir for each way a run can fail to finish or get corrupted, added to ``sweep``.
+
+    Every bad run reports far-off numbers (10.0), so pooling any of them would move its method's mean.
+    """
+    make_run(sweep, "grpo/killed", "uniform", "fixed", 3, 10.0, steps=40, logged=2, status="interrupted")
+    make_run(sweep, "grpo/failed", "uniform", "fixed", 4, 10.0, logged=3, status="failed",
+             error="CUDA OOM\nTraceback (most recent call last): ...")
+    make_run(sweep, "grpo/live", "uniform", "fixed", 5, 10.0, logged=4, status="running")
+    make_run(sweep, "grpo/legacy_short", "uniform", "fixed", 6, 10.0, logged=2, status=None)
+    _truncate_last_line(make_run(sweep, "grpo/truncated", "uniform", "fixed", 7, 10.0) / "metrics.jsonl")
+    # a completed run.json whose metrics stop early
+    short = make_run(sweep, "pgdro/short", "prompt-gdro", "fixed", 3, 10.0, logged=3)
+    meta = json.loads((short / "run.json").read_text())
+    (short / "run.json").write_text(json.dumps(meta | {"last_step": 6}))
+    # a non-JSON line and a non-UTF-8 line in the middle
+    mid = make_run(sweep, "pgdro/bad_lines", "prompt-gdro", "fixed", 4, 10.0) / "metrics.jsonl"
+    lines = mid.read_bytes().splitlines(keepends=True)
+    lines[2] = b"not json at all\n"
+    lines[4] = b'{"step": 4, "train/loss": "\xff\xfe"}\n'
+    mid.write_bytes(b"".join(lines))
+    # an empty metrics.jsonl and a corrupt run.json
+    (make_run(sweep, "pgdro/empty", "prompt-gdro", "fixed", 5, 10.0) / "metrics.jsonl").write_text("")
+    corrupt = make_run(sweep, "rg/corrupt", "uniform", "rollout-gdro", 1, 10.0)
+    (corrupt / "run.json").write_text('{"config": {"se')
+    # a re-used run dir: a legacy run of 3 steps appended to a complete one (steps 0..6, 0..3)
+    _append_second_run(make_run(sweep, "rg/appended", "uniform", "rollout-gdro", 2, 90.0, status=None))
+    # a run.json that is valid JSON but not an object
+    (make_run(sweep, "rg/list", "uniform", "rollout-gdro", 3, 10.0) / "run.json").write_text("[1, 2]")
+    return sweep
+
+
+@pytest.fixture
+def messy(sweep: Path) -> Path:
+    return add_bad_runs(sweep)
+
+
+REASONS = {  # run dir -> what its reason must say
+    "grpo/killed": "GRPO seed 3: status interrupted at step 2 of 40",
+    "grpo/failed": "GRPO seed 4: status failed at step 3 of 6: CUDA OOM",
+    "grpo/live": "GRPO seed 5: status running at step 4 of 6",
+    "grpo/legacy_short": "GRPO seed 6: no status; last step 2 of 6",
+    "grpo/truncated": "GRPO seed 7: metrics.jsonl: line 7 (the last) is not valid JSON (truncated?)",
+    "pgdro/short": "Prompt-GDRO seed 3: status completed (last_step 6) but metrics.jsonl ends at step 3 of 6",
+    "pgdro/bad_lines": "Prompt-GDRO seed 4: metrics.jsonl: line 3 is not valid JSON (truncated?); "
+                       "line 5 is not valid UTF-8",
+    "pgdro/empty": "metrics.jsonl is empty",
+    "rg/corrupt": "corrupt run.json: ",
+    "rg/appended": "metrics.jsonl holds more than one run: the step goes back from 6 (line 7) to 0 (line 8)",
+    "rg/list": "corrupt run.json: ",
+}
+
+
+def test_scan_names_every_bad_run(messy: Path):
+    runs, skipped = report.scan_runs(messy)
+
+    def rel(p: Path) -> str:
+        return str(p.relative_to(messy))
+
+    bad = {rel(r.path): f"{r.label}: " + "; ".join(r.problems) for r in runs if not r.complete}
+    bad |= {rel(s.path): s.reason for s in skipped}
+    assert set(bad) == set(REASONS)
+    for d, want in REASONS.items():
+        assert bad[d].startswith(want), (d, bad[d])
+    assert bad["grpo/truncated"].endswith(
+        "(truncated?): the last line is malformed, and the final evaluation may be that row; "
+        "status completed (last_step 6) but metrics.jsonl ends at step 5 of 6")
+    assert str(messy / "rg" / "corrupt" / "run.json") in bad["rg/corrupt"]
+    # unusable dirs are not runs at all; the incomplete ones load with their good rows
+    assert {rel(s.path) for s in skipped} == {"pgdro/empty", "rg/corrupt", "rg/appended", "rg/list"}
+    bad_lines = next(r for r in runs if r.path.name == "bad_lines")
+    assert [r["step"] for r in bad_lines.rows] == [0, 1, 3, 5, 6]
+
+
+def test_default_pools_only_completed_runs(sweep: Path):
+    clean = aggregate(find_runs(sweep))
+    add_bad_runs(sweep)
+    assert len(find_runs(sweep)) == 7 and all(r.complete for r in find_runs(sweep))
+    assert aggregate(find_runs(sweep)) == clean  # no bad run moved a mean, an n or a seed list
+
+
+def test_main_lists_left_out_runs_and_still_reports(messy: Path, capsys):
+    assert main([str(messy)]) == 0
+    captured = capsys.readouterr()
+    assert "| GRPO | 3 | 82.0 ± 5.0 |" in captured.out
+    assert "| Prompt-GDRO | 3 | 86.0 ± 2.5 |" in captured.out
+    table = (messy / "report" / "table.md").read_text()
+    assert table.splitlines()[2].startswith("| GRPO | 3 | 82.0 ± 5.0 |")
+    assert "## Runs left out of the table" in table and "--include-incomplete" in table
+    for d, want in REASONS.items():
+        assert f"`{d}`: {want}" in table, d
+        err_line = next(line for line in captured.err.splitlines() if f"`{d}`" in line)
+        assert err_line.startswith("gdro-report: left out: ") and want in err_line
+    with (messy / "report" / "table.csv").open() as fh:
+        assert [r["n_incomplete"] for r in csv.DictReader(fh)] == ["0", "0", "0"]
+
+
+def test_include_incomplete_pools_them_marked(messy: Path, capsys):
+    assert main([str(messy), "--include-incomplete"]) == 0
+    captured = capsys.readouterr()
+    table = (messy / "report" / "table.md").read_text()
+    # GRPO: 3 complete + killed, failed, live, legacy_short, truncated; Prompt-GDRO: 3 + short, bad_lines
+    assert "| GRPO | 8 (5 incomplete) |" in table and "| Prompt-GDRO | 5 (2 incomplete) |" in table
+    assert "| Rollout-GDRO | 1 |" in table
+    assert "## Incomplete runs in the table (`--include-incomplete`)" in table
+    included, left = table.split("## Incomplete runs in the table")[1], table.split("## Incomplete runs")[0]
+    for d in ("pgdro/empty", "rg/corrupt", "rg/appended", "rg/list"):  # unusable: still left out
+        assert f"`{d}`: {REASONS[d]}" in left and d not in included
+    for d in ("grpo/killed", "grpo/truncated", "pgdro/bad_lines"):
+        assert f"`{d}`: {REASONS[d]}" in included
+        assert f"included although incomplete: `{d}`" in captured.err
+    with (messy / "report" / "table.csv").open() as fh:
+        assert [r["n_incomplete"] for r in csv.DictReader(fh)] == ["5", "2", "0"]
+    killed = next(r for r in find_runs(messy, include_incomplete=True) if r.path.name == "killed")
+    assert killed.status == "interrupted" and not killed.complete
+
+
+def test_legacy_runs_judged_by_steps(tmp_path: Path):
+    root = tmp_path / "legacy"
+    make_run(root, "done", "uniform", "fixed", 0, 80.0, status=None)
+    make_run(root, "short", "uniform", "fixed", 1, 10.0, logged=5, status=None)
+    runs, skipped = report.scan_runs(root)
+    assert not skipped
+    assert {r.path.name: r.problems for r in runs} == {"done": [], "short": ["no status; last step 5 of 6"]}
+    assert [r.path.name for r in find_runs(root)] == ["done"]
+
+
+def test_interrupted_reason_names_the_signal_and_a_stale_last_step(tmp_path: Path):
+    d = make_run(tmp_path / "s", "a", "uniform", "fixed", 0, 80.0, steps=40, logged=7, status="interrupted")
+    meta = json.loads((d / "run.json").read_text())
+    # the trainer updates last_step at each checkpoint: rows logged after it are in metrics.jsonl
+    (d / "run.json").write_text(json.dumps(meta | {"last_step": 5, "interrupted_by": "SIGTERM"}))
+    (run,) = report.scan_runs(tmp_path / "s")[0]
+    assert run.problems == ["status interrupted (SIGTERM) at step 7 of 40 (run.json last_step 5)"]
+
+
+def test_completed_status_checked_against_last_step(tmp_path: Path):
+    d = make_run(tmp_path / "s", "a", "uniform", "fixed", 0, 80.0)
+    meta = json.loads((d / "run.json").read_text())
+    (d / "run.json").write_text(json.dumps(meta | {"last_step": 4}))
+    (run,) = report.scan_runs(tmp_path / "s")[0]
+    assert run.problems == ["status completed (last_step 4) but metrics.jsonl ends at step 6 of 6"]
+    (d / "run.json").write_text(json.dumps(meta | {"status": "exploded"}))
+    (run,) = report.scan_runs(tmp_path / "s")[0]
+    assert run.problems[0].startswith("unknown status 'exploded'")
+
+
+def test_all_runs_left_out(tmp_path: Path, capsys):
+    root = tmp_path / "s"
+    make_run(root, "killed", "uniform", "fixed", 0, 10.0, logged=1, status="interrupted")
+    (make_run(root, "empty", "uniform", "fixed", 1, 10.0) / "metrics.jsonl").write_text("\n")
+    assert main([str(root)]) == 2
+    err = capsys.readouterr().err
+    assert "`killed`: GRPO seed 0: status interrupted at step 1 of 6" in err
+    assert "`empty`: metrics.jsonl is empty" in err
+    assert f"no completed runs (dirs with run.json + metrics.jsonl) found under {root}; 2 left out" in err
+    assert main([str(root), "--include-incomplete"]) == 0
+
+
+def test_all_lines_malformed_and_unreadable(tmp_path: Path):
+    d = make_run(tmp_path / "s", "a", "uniform", "fixed", 0, 80.0)
+    (d / "metrics.jsonl").write_bytes(b"{\n\xff\n[1]\n")
+    (skip,) = report.scan_runs(tmp_path / "s")[1]
+    assert skip.reason == ("metrics.jsonl has no valid row (3 lines malformed: line 1 is not valid JSON "
+                           "(truncated?); line 2 is not valid UTF-8; line 3 is not a JSON object)")
+    (d / "run.json").write_bytes(b'{"config": "\xff"}')
+    (skip,) = report.scan_runs(tmp_path / "s")[1]
+    assert skip.reason.startswith(f"corrupt run.json: {d / 'run.json'}: not valid UTF-8")

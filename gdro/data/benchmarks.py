@@ -22,12 +22,19 @@ field of a :class:`BenchmarkSpec` can be overridden per call: ``load_benchmark("
 question_keys=("problem",))``. Column names confirmed and unconfirmed are listed per entry in
 :data:`BENCHMARKS`.
 
-Malformed rows never raise: they are skipped and counted in :class:`LoadReport` by reason.
+Malformed rows never raise: they are skipped and counted in :class:`LoadReport` by reason. So are malformed
+lines of a local JSON-lines file (not JSON, not a JSON object, truncated, not UTF-8): it is read line by
+line, the bad lines are counted per file (the first few by line number) and the good rows become the
+``Dataset`` (``datasets.Dataset.from_list``). A file that cannot give a single row (missing, empty, no valid
+line, a parquet/csv file ``datasets`` cannot read) and a hub dataset that cannot be reached raise
+:class:`DataFileError`, whose message is one line naming the file or dataset.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
+import json
 import math
 import re
 from collections import Counter
@@ -188,10 +195,16 @@ class LoadReport:
     kept: int = 0
     skipped: Counter = field(default_factory=Counter)
     skipped_rows: list[tuple[int, str]] = field(default_factory=list)
+    # per local JSON-lines file with malformed lines: (how many, the first few 1-based line numbers)
+    malformed_lines: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
 
     @property
     def n_skipped(self) -> int:
         return sum(self.skipped.values())
+
+    @property
+    def n_malformed_lines(self) -> int:
+        return sum(n for n, _ in self.malformed_lines.values())
 
     def _skip(self, index: int, reason: str) -> None:
         self.skipped[reason] += 1
@@ -199,10 +212,23 @@ class LoadReport:
 
     def summary(self) -> str:
         reasons = ", ".join(f"{r}: {n}" for r, n in sorted(self.skipped.items())) or "none"
+        lines = "".join(
+            f"; {path}: {n} malformed line{'s' if n > 1 else ''} skipped ({_lines_at(first, n)})"
+            for path, (n, first) in self.malformed_lines.items()
+        )
         return (
             f"{self.name} ({self.source}, {self.split}): read {self.rows_read}, kept {self.kept}, "
-            f"skipped {self.n_skipped} ({reasons})"
+            f"skipped {self.n_skipped} ({reasons}){lines}"
         )
+
+
+class DataFileError(ValueError):
+    """A data file or hub dataset that cannot give any row; the message is one line naming it."""
+
+
+def _lines_at(first: list[int], n: int) -> str:
+    at = ", ".join(map(str, first))
+    return f"line{'s' if len(first) > 1 else ''} {at}" + (", ..." if n > len(first) else "")
 
 
 class MalformedRow(ValueError):
@@ -380,6 +406,7 @@ def problems_from_rows(
 # ---------------------------------------------------------------------------------------------- loading
 
 _FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
+MAX_LINES_REPORTED = 5  # malformed line numbers named per file
 
 
 def _file_format(data_files: str | list[str]) -> str:
@@ -395,6 +422,142 @@ def _file_format(data_files: str | list[str]) -> str:
     if len(formats) > 1:
         raise ValueError(f"data_files mix formats {sorted(formats)}; pass files of one format")
     return formats.pop()
+
+
+def _is_remote(path: str) -> bool:
+    return "://" in path
+
+
+def _local_files(data_files: str | list[str]) -> list[str]:
+    """The files named (glob patterns expanded, sorted); :class:`DataFileError` for a missing file or a
+    pattern matching none. Remote URLs pass through for ``datasets`` to fetch."""
+    out: list[str] = []
+    for f in [data_files] if isinstance(data_files, str) else list(data_files):
+        if _is_remote(f):
+            out.append(f)
+        elif glob.has_magic(f):
+            matches = sorted(m for m in glob.glob(f, recursive=True) if Path(m).is_file())
+            if not matches:
+                raise DataFileError(f"{f}: no file matches this pattern")
+            out += matches
+        elif Path(f).is_file():
+            out.append(f)
+        else:
+            raise DataFileError(f"{f}: no such file" + (" (it is a directory)" if Path(f).is_dir() else ""))
+    return out
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0][:300] if text else "") or type(err).__name__
+
+
+def read_json_lines(path: str) -> tuple[list[dict], int, list[int]]:
+    """The JSON-object rows of a JSON-lines file, the number of malformed lines and the first few of them.
+
+    A line is malformed when it is not UTF-8, not JSON (a truncated last line included) or not a JSON object;
+    blank lines are ignored. :class:`DataFileError` when the file is unreadable, empty or has no valid row.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        raise DataFileError(f"{path}: cannot be read ({err.strerror or err})") from err
+    rows: list[dict] = []
+    bad: list[int] = []
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            row = json.loads(raw.decode("utf-8-sig" if lineno == 1 else "utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+            bad.append(lineno)
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            bad.append(lineno)
+    if not rows:
+        if not bad:
+            raise DataFileError(f"{path}: empty file")
+        raise DataFileError(
+            f"{path}: no valid row ({len(bad)} line{'s' if len(bad) > 1 else ''} malformed, first at "
+            f"{_lines_at(bad[:MAX_LINES_REPORTED], len(bad))})"
+        )
+    return rows, len(bad), bad[:MAX_LINES_REPORTED]
+
+
+def _is_json_array(path: str) -> bool:
+    """Whether a local ``.json`` file holds one JSON array (``datasets`` reads it whole), not JSON lines."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    except OSError:  # read_json_lines reports it
+        return False
+    return head.startswith(b"[")
+
+
+def _load_json_lines(files: list[str], malformed: dict[str, tuple[int, list[int]]]):
+    """Local JSON-lines ``files`` as one ``Dataset`` of their good rows; bad lines go to ``malformed``."""
+    import datasets
+
+    rows: list[dict] = []
+    for path in files:
+        good, n_bad, first = read_json_lines(path)
+        rows += good
+        if n_bad:
+            malformed[path] = (n_bad, first)
+    # columns: the union over all rows, as the json loader has them (from_list keeps only the first row's
+    # keys); a column of mixed types becomes datasets.Json, as in the json loader
+    keys = list(dict.fromkeys(k for row in rows for k in row))
+    return datasets.Dataset.from_list(
+        [{k: row.get(k) for k in keys} for row in rows], on_mixed_types="use_json"
+    )
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    import datasets
+    import pyarrow as pa
+
+    return (datasets.exceptions.DatasetsError, pa.ArrowException, OSError, ValueError)
+
+
+def _load_files(
+    fmt: str, files: list[str], malformed: dict[str, tuple[int, list[int]]], cache_dir: str | None
+):
+    """The rows of local (or remote) ``files`` as a ``Dataset``; :class:`DataFileError` naming a file that
+    cannot be read.
+
+    Local JSON-lines files are read line by line (malformed lines counted in ``malformed``); JSON-array files,
+    parquet, csv and remote files go to ``datasets.load_dataset`` whole.
+    """
+    import datasets
+
+    if fmt == "json" and not any(_is_remote(f) or _is_json_array(f) for f in files):
+        return _load_json_lines(files, malformed)
+    for f in files:
+        if not _is_remote(f) and Path(f).stat().st_size == 0:
+            raise DataFileError(f"{f}: empty file")
+    try:
+        return datasets.load_dataset(fmt, data_files=files, split="train", cache_dir=cache_dir)
+    except _read_errors() as err:
+        where = files[0] if len(files) == 1 else ", ".join(files)
+        raise DataFileError(f"{where}: datasets cannot read it as {fmt} ({_first_line(err)})") from err
+
+
+def _load_hub(spec: BenchmarkSpec, split: str, cache_dir: str | None):
+    """The hub dataset ``spec.hf_id``; :class:`DataFileError` (one line, with how to use a local copy) when it
+    cannot be reached or found (offline: ``HF_DATASETS_OFFLINE=1`` and not cached)."""
+    import datasets
+
+    try:
+        return datasets.load_dataset(spec.hf_id, spec.config, split=split, cache_dir=cache_dir)
+    except (datasets.exceptions.DatasetsError, OSError) as err:  # offline, unreachable, not found
+        dataset = spec.hf_id + (f" (config {spec.config})" if spec.config else "")
+        raise DataFileError(
+            f"{dataset}: could not be reached, found or read on the Hugging Face Hub ({_first_line(err)}); "
+            "to read a local copy with the same columns, point data_files at it (gdro-train: "
+            "data.data_files=PATH or data.test_data_files=PATH; gdro-eval: benchmarks.<i>.data_files=PATH)"
+        ) from err
 
 
 def get_spec(name: str, **overrides: Any) -> BenchmarkSpec:
@@ -424,26 +587,30 @@ def load_benchmark(
 
     Without ``data_files`` the hub dataset ``spec.hf_id`` (config ``spec.config``, split ``split`` or
     ``spec.split``) is read with ``datasets.load_dataset``. With ``data_files`` those local files are read
-    (format from the extension) and ``split`` only labels the uids, so a local copy of a split gets the
-    same uids as the hub. ``limit`` reads only the first ``limit`` rows. ``seed`` fixes the GPQA option
-    order. ``overrides`` replace :class:`BenchmarkSpec` fields (``question_keys=("problem",)``, ...).
+    (format from the extension; glob patterns allowed) and ``split`` only labels the uids, so a local copy of
+    a split gets the same uids as the hub. Malformed lines of JSON-lines files are skipped and counted in the
+    report's ``malformed_lines``; :class:`DataFileError` (one line, naming the file or dataset) when a file
+    is missing, empty or has no valid row, or the hub dataset cannot be reached. ``limit`` reads only the
+    first ``limit`` rows. ``seed`` fixes the GPQA option order. ``overrides`` replace :class:`BenchmarkSpec`
+    fields (``question_keys=("problem",)``, ...).
     """
     spec = get_spec(name, **overrides)
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0, got {limit}")
-    import datasets  # lazy: the synthetic task never needs it
-
     split = split or spec.split
+    malformed: dict[str, tuple[int, list[int]]] = {}
     if data_files is None:
-        ds = datasets.load_dataset(spec.hf_id, spec.config, split=split, cache_dir=cache_dir)
+        ds = _load_hub(spec, split, cache_dir)
         source = spec.hf_id + (f":{spec.config}" if spec.config else "")
     else:
         fmt = _file_format(data_files)
-        ds = datasets.load_dataset(fmt, data_files=data_files, split="train", cache_dir=cache_dir)
+        ds = _load_files(fmt, _local_files(data_files), malformed, cache_dir)
         source = ", ".join([data_files] if isinstance(data_files, str) else data_files)
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
-    return problems_from_rows(ds, spec, split=split, seed=seed, source=source)
+    problems, report = problems_from_rows(ds, spec, split=split, seed=seed, source=source)
+    report.malformed_lines = malformed
+    return problems, report
 
 
 __all__ = [
@@ -451,6 +618,7 @@ __all__ = [
     "GPQA_TEMPLATE",
     "MATH_SUFFIX",
     "BenchmarkSpec",
+    "DataFileError",
     "LoadReport",
     "MalformedRow",
     "get_spec",
@@ -458,4 +626,5 @@ __all__ = [
     "load_benchmark",
     "normalize_gold",
     "problems_from_rows",
+    "read_json_lines",
 ]

@@ -3,6 +3,9 @@
 ``DapoMath`` is used by the trainer exactly like :class:`~gdro.data.synthetic.CopyTask` (``data=dapo``):
 ``train()`` and ``test()`` return ``list[Problem]`` (``level`` is 0 for every benchmark problem). Both read the
 hub datasets by default; ``data_files``/``test_data_files`` point at local copies with the same schema.
+Malformed rows and lines are skipped and summarised; a split that cannot be read at all (a missing, empty or
+unreadable file, an unreachable hub dataset, no usable problem) raises
+:class:`~gdro.data.benchmarks.DataFileError` with a one-line message naming the file or dataset.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from gdro.data.benchmarks import BENCHMARKS, load_benchmark
+from gdro.data.benchmarks import BENCHMARKS, DataFileError, load_benchmark
 from gdro.data.synthetic import Problem
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,7 @@ class DapoMath:
             log.info("%s split: %s", which, report.summary())
             print(f"[gdro.data] {which}: {report.summary()}")
             if not problems:
-                raise ValueError(f"{which} split {name!r} has no usable problems ({report.summary()})")
+                raise DataFileError(f"{which} split {name!r} has no usable problems ({report.summary()})")
             self._cache[which] = problems
         return list(self._cache[which])
 

@@ -1,0 +1,189 @@
+"""Training checkpoints for exact resume, written atomically.
+
+A checkpoint is a directory ``<run_dir>/checkpoints/step_NNNNNN/`` holding
+
+* ``policy.pt`` — the policy's ``state_dict``;
+* ``optimizer.pt`` — the optimiser's and the LR schedule's ``state_dict``;
+* ``trainer.pt`` — the step, the classifier / sampler / allocator state (the sampler's holds the data order),
+  every RNG stream (the trainer's numpy generators and torch's CPU and CUDA generators), and the byte length of
+  ``metrics.jsonl`` after the step's row (the logger's position);
+* ``meta.json`` — the step, the resolved config the run was started with, and the format version.
+
+Writes are atomic: everything goes into a hidden temporary directory beside the final one, each file is flushed
+to disk, and only then is the directory renamed to its final name (``os.rename`` is atomic on POSIX). A process
+killed at any moment therefore leaves either the new checkpoint complete or no trace of it (a stale temporary
+directory, removed by the next save) — the previous checkpoint is always loadable. Older checkpoints are deleted
+only after the new one is in place, keeping the newest ``keep``.
+
+The ``.pt`` files are pickles (``torch.save``) written by this run; load only checkpoints you wrote yourself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+FORMAT_VERSION = 1
+CKPT_ROOT = "checkpoints"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_TMP_PREFIX = ".tmp-"
+
+
+@dataclass(frozen=True)
+class CheckpointConfig:
+    """Checkpointing (conf/checkpoint/default.yaml)."""
+
+    every: int = 25  # save every N steps (0 = no periodic checkpoints)
+    keep: int = 2  # newest checkpoints kept on disk
+    at_end: bool = True  # save after the last step too
+
+    def __post_init__(self) -> None:
+        if self.every < 0:
+            raise ValueError(f"every must be >= 0 (0 = no periodic checkpoints), got {self.every}")
+        if self.keep < 1:
+            raise ValueError(f"keep must be >= 1, got {self.keep}")
+
+    def due(self, step: int, last_step: int) -> bool:
+        """Whether the periodic schedule or the end of training asks for a checkpoint after ``step``."""
+        return bool((self.every and step % self.every == 0) or (self.at_end and step == last_step))
+
+
+def step_dirname(step: int) -> str:
+    return f"step_{step:06d}"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints of a run dir as (step, path), oldest first (temporary dirs are never listed)."""
+    root = Path(run_dir) / CKPT_ROOT
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir() and (p / "meta.json").is_file():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def latest_checkpoint(run_dir: str | Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1][1] if found else None
+
+
+def read_meta(ckpt: str | Path) -> dict[str, Any]:
+    """``meta.json`` of a checkpoint: ``step``, ``config`` (resolved), ``format_version``."""
+    return json.loads((Path(ckpt) / "meta.json").read_text(encoding="utf-8"))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write(path: Path, obj: Any) -> None:
+    """One file of a checkpoint, flushed to disk before returning."""
+    with path.open("wb") as fh:
+        if path.suffix == ".json":
+            fh.write(json.dumps(obj, indent=1, default=str).encode("utf-8"))
+        else:
+            torch.save(obj, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], meta: Mapping[str, Any], *,
+                    keep: int) -> Path:
+    """Write ``files`` (name → object, each ``torch.save``d as ``<name>.pt``) and ``meta.json`` atomically.
+
+    Returns the checkpoint's path. Saving a step that already has a checkpoint leaves the existing one.
+    """
+    root = Path(run_dir) / CKPT_ROOT
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / step_dirname(step)
+    if final.is_dir() and (final / "meta.json").is_file():
+        return final
+    for stale in root.glob(f"{_TMP_PREFIX}*"):  # left by a process killed mid-write
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = root / f"{_TMP_PREFIX}{step_dirname(step)}-{os.getpid()}"
+    tmp.mkdir()
+    for name, obj in files.items():
+        _write(tmp / f"{name}.pt", obj)
+    _write(tmp / "meta.json", {"format_version": FORMAT_VERSION, "step": step, **meta})
+    _fsync_dir(tmp)
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    for _, old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(ckpt: str | Path, names: tuple[str, ...]) -> dict[str, Any]:
+    """The objects saved under ``names`` (``<name>.pt``), on the CPU."""
+    ckpt = Path(ckpt)
+    meta = read_meta(ckpt)
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"{ckpt}: checkpoint format {meta.get('format_version')} is not {FORMAT_VERSION}")
+    return {n: torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False) for n in names}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RNG streams
+# ---------------------------------------------------------------------------------------------------------------
+def rng_state(generators: Mapping[str, np.random.Generator]) -> dict[str, Any]:
+    """Every RNG stream of the process that training draws from: named numpy generators, torch CPU and CUDA."""
+    state: dict[str, Any] = {"numpy": {k: g.bit_generator.state for k, g in generators.items()},
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any], generators: Mapping[str, np.random.Generator]) -> None:
+    for k, g in generators.items():
+        g.bit_generator.state = state["numpy"][k]
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Config comparison on resume
+# ---------------------------------------------------------------------------------------------------------------
+def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(node, Mapping):
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            out |= _flatten(v, f"{prefix}{k}.")
+        return out or {prefix.rstrip("."): {}}
+    return {prefix.rstrip("."): node}
+
+
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *, ignore: tuple[str, ...] = ("steps",)
+                       ) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs (keys in ``ignore`` excepted)."""
+    a, b = _flatten(old), _flatten(new)
+    missing = object()
+
+    def fmt(v: Any) -> str:
+        return "<absent>" if v is missing else json.dumps(v, default=str)
+
+    diffs = []
+    for key in sorted(set(a) | set(b)):
+        if key in ignore:
+            continue
+        va, vb = a.get(key, missing), b.get(key, missing)
+        if va != vb:
+            diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")
+    return diffs
