@@ -177,8 +177,9 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
 
 def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
     """Validate ``cfg``, load the model, evaluate every benchmark, write ``eval.json``/``eval.md`` to ``out_dir``."""
+    from gdro.data.filtering import drop_long_prompts
     from gdro.evaluation import evaluate
-    from gdro.models import load_model
+    from gdro.models import load_model, load_tokenizer
     from gdro.rollout.hf import HFGenerator
 
     plan = build_plan(cfg)
@@ -187,8 +188,18 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     spec, eval_cfg, eng_cfg = plan.parts["model"], plan.parts["eval"], plan.parts["rollout"]
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = load_tokenizer(spec)
+    dropped = {}
+    for name, problems in list(plan.benchmarks.items()):  # the engine cannot take them: drop and say so
+        plan.benchmarks[name], dropped[name] = drop_long_prompts(
+            problems, tokenizer, max_prompt_len=spec.max_prompt_len, use_chat_template=spec.use_chat_template)
+        if dropped[name]:
+            log.warning("%s: dropped %d prompt(s) longer than model.max_prompt_len=%d tokens (not scored)",
+                        name, dropped[name], spec.max_prompt_len)
+        if not plan.benchmarks[name]:
+            raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every prompt of {name} is longer")
     log.info("loading model %s", spec.name_or_path)
-    model, tokenizer = load_model(spec)  # CPU: HFGenerator keeps its tensors on the CPU (as the trainer does)
+    model, tokenizer = load_model(spec, tokenizer=tokenizer)  # CPU: HFGenerator keeps its tensors on the CPU
     engine = HFGenerator(model, tokenizer, use_chat_template=spec.use_chat_template,
                          max_prompt_len=spec.max_prompt_len, batch_size=eng_cfg.batch_size)
     k = eval_cfg.k
@@ -205,6 +216,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         "model": spec.name_or_path,
         "k": k,
         "benchmarks": plan.reports,
+        "dropped_long_prompts": dropped,
         "choices": choices or {},
         "config": OmegaConf.to_container(cfg, resolve=True),
     }

@@ -58,6 +58,15 @@ def test_toy_suite_writes_json_and_markdown(tmp_path):
     assert "| toy_copy |" in md and "mean@2" in md and "pooled" in md
 
 
+def test_prompts_longer_than_max_prompt_len_are_dropped_and_counted(tmp_path):
+    # copy prompts take 10 + 2·level tokens: 22 keeps levels 1–6, drops the 48 + 48 held-out prompts of levels 7, 8
+    metrics = run_eval(compose_eval(["eval.k=1", "model.max_prompt_len=22"]), tmp_path)
+    record = json.loads((tmp_path / "eval.json").read_text())
+    assert record["dropped_long_prompts"] == {"toy_copy": 96}
+    assert metrics["eval/toy_copy/n_problems"] == 337 - 96
+    assert "eval/toy_copy/mean@1/level_6" in metrics and "eval/toy_copy/mean@1/level_7" not in metrics
+
+
 def test_paper_suite_on_fixtures(tmp_path):
     cfg = compose_eval(paper_overrides(tmp_path))
     metrics = run_eval(cfg, tmp_path / "out")
