@@ -23,29 +23,52 @@ Bounded time, and why it is done here rather than by math-verify's own
 * In a **non-main thread** signals are unavailable: time is bounded only by the ``tail_chars`` cap and by a
   magnitude guard that rejects answers whose exact value would need more than ``_MAX_DIGITS`` digits (e.g.
   ``9^{9^{9^{9^9}}}``, which otherwise keeps ``verify`` busy for over a minute). This is a heuristic bound:
-  a short symbolic answer can still be slow there (measured: ``(x+1)^{1000}`` 4 s, an ``\\int`` over 30 s).
+  a short symbolic answer can still be slow there (measured: ``(x+1)^{1000}`` 4 s, an ``\\int`` over 30 s,
+  ``\\prod_{i=1}^{10^6} i`` 17 s: sums and products are not measured).
   Score in the main thread (or in worker processes) when that matters. The guard applies in every thread, so
   junk of that kind scores the same in any thread.
 * math-verify logs "Timeout is disabled ..." once per process (parse and verify each); that is expected
   here.
 
-Results are a pure function of (answer text, gold), so they are cached exactly in a per-instance LRU; a
-timeout is cached as well (the same junk is not re-tried), and cached results count in the batch's counters
-exactly like fresh ones. Model text is never executed: in ``"boxed"`` mode only math-verify's LaTeX parser
-sees it; ``"any"`` adds math-verify's expression extraction, which hands sympy's ``parse_expr`` only
-digit/operator strings.
+Time per completion. In the **main thread** a completion scored afresh costs at most ``2 * timeout_s`` (one
+deadline on parse + magnitude guard, one on verify; ``3 * timeout_s`` when its gold is parsed for the first
+time) plus a few milliseconds: extraction is linear in ``tail_chars``, the deadline repeats every 10 ms until
+it lands, and a cached result costs O(1). The deadline interrupts Python code only, so one long C call (a
+big-integer operation, a regex) overruns it until it returns; the magnitude guard keeps the known ones
+(huge powers, factorials, binomials) away from sympy. **Off the main thread** there is no time bound, only
+the heuristics above.
+
+The reward never raises on model text. Results are ``ok``, ``unparsable``, ``timeout`` or ``error``: any
+other ``Exception`` while scoring one completion (in parse, the magnitude guard or verify; none is known
+since the zero-Float fix in ``_digits``, but sympy and math-verify change) is logged (a warning, once per
+exception type per instance, with a short repr of the answer) and the completion scores exactly as an
+unparsable one (incorrect), but is counted apart, in ``RewardBatch.n_error`` and ``reward/error_frac``, so
+that bugs show up instead of hiding among junk answers (the failure kinds are disjoint). A gold whose parse
+raises counts as bad gold. ``BaseException`` (our ``_Deadline``, ``KeyboardInterrupt``, pytest-timeout's
+failure) is never caught, and the ``except`` never encloses the deadline's exit, where a pending outer timer
+is re-armed, so an exception raised by the caller's own SIGALRM handler propagates.
+
+Results are a pure function of (answer text, gold), so they are cached exactly in a per-instance LRU (nearly:
+math-verify's verdict on a few degenerate answers, e.g. ``\\frac{0.0}{0.0}`` against ``0``, depends on what
+sympy's global cache holds, i.e. on what the process scored before; the LRU pins the first one); a
+timeout and an error are cached as well (the same junk is not re-tried), and cached results count in the
+batch's counters exactly like fresh ones. Model text is never executed: in ``"boxed"`` mode only
+math-verify's LaTeX parser sees it; ``"any"`` adds math-verify's expression extraction, which hands sympy's
+``parse_expr`` only digit/operator strings.
 """
 
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import re
 import signal
+import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +76,9 @@ from typing import Any
 import numpy as np
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from sympy.matrices import MatrixBase
+
+logger = logging.getLogger(__name__)
 
 
 class _DropTimeoutDisabledNotice(logging.Filter):
@@ -68,12 +94,15 @@ for _name in ("math_verify.parser", "math_verify.grader"):
 ANSWER_MODES = ("boxed", "any")
 # An answer whose exact value needs more decimal digits than this is rejected unverified (counted as timeout).
 _MAX_DIGITS = 100_000
+_MAX_DEPTH = 100  # an expression tree deeper than this is not measured: rejected like a too large one
+_MAX_TIMEOUT_S = 86_400.0  # setitimer overflows near 1e12 s; a day is far beyond any useful deadline
+_LOG10_2 = math.log10(2)
 _BOXED = "\\boxed{"
 _LEADING_TOKEN = re.compile(r"^\S*")
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 _LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
 
-OK, UNPARSABLE, TIMEOUT = "ok", "unparsable", "timeout"
+OK, UNPARSABLE, TIMEOUT, ERROR = "ok", "unparsable", "timeout", "error"
 
 
 @dataclass(frozen=True)
@@ -97,8 +126,8 @@ class RewardConfig:
             )
         if not self.tail_chars > 0:
             raise ValueError(f"tail_chars must be > 0, got {self.tail_chars}")
-        if not (self.timeout_s > 0 and math.isfinite(self.timeout_s)):
-            raise ValueError(f"timeout_s must be > 0 and finite, got {self.timeout_s}")
+        if not 0 < self.timeout_s <= _MAX_TIMEOUT_S:
+            raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:g} s, got {self.timeout_s}")
         if self.answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
         if not self.cache_size > 0:
@@ -115,6 +144,7 @@ class RewardBatch:
     n_truncated: int  # finished=False with require_eos (scored incorrect without parsing)
     n_timeout: int  # deadline hit, or answer too large to verify in bounded time
     n_bad_gold: int  # gold could not be parsed: its completions score incorrect (fix the data)
+    n_error: int = 0  # an exception while scoring (logged): scored as unparsable, but counted only here
 
 
 class _Deadline(BaseException):
@@ -124,37 +154,58 @@ class _Deadline(BaseException):
 _RETRY_S = 0.01  # after the deadline the alarm repeats every 10 ms until disarmed
 
 
+def _in_finalizer(frame: Any) -> bool:
+    """Whether ``frame`` runs in a gc callback, a ``__del__`` or ``sys.unraisablehook``.
+
+    An exception raised there is only reported ("Exception ignored in ..."), never seen by the body, and a
+    slow hook (pytest's formats a traceback) would be interrupted in turn.
+    """
+    hooks = (*gc.callbacks, sys.unraisablehook)
+    codes = {getattr(getattr(h, "__func__", getattr(h, "func", h)), "__code__", None) for h in hooks}
+    while frame is not None:
+        if frame.f_code in codes or frame.f_code.co_name == "__del__":
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
     """Raise :class:`_Deadline` in the body after ``seconds`` (main thread; elsewhere a no-op).
 
-    The alarm *repeats* every ``_RETRY_S`` after the deadline until the body exits: a signal handler's
-    exception can be swallowed when it lands inside a callback that ignores errors (e.g. a ``gc`` callback),
-    and the repeat makes sure the body is still interrupted. The handler raises only while ``armed``, which is
-    cleared first on exit, so no ``_Deadline`` escapes the context. A pending outer ITIMER_REAL timer is
-    honoured: if it is due first we stop then, and it is re-armed afterwards with its remaining time (at least
-    1 µs), so its own handler still runs.
+    The alarm *repeats* every ``_RETRY_S`` after the deadline until the body exits: where the signal lands in
+    a gc callback, a ``__del__`` or the unraisable hook the handler does not raise (the exception would only
+    be reported), and the repeat makes sure the body is still interrupted. The handler raises only while
+    armed: from our ``setitimer`` on entry until the first step of the exit, so no ``_Deadline`` escapes the
+    context (a SIGALRM before that ``setitimer`` is an outer timer's: it goes to that timer's handler). A
+    pending outer ITIMER_REAL timer is honoured: if it is due first we stop then, and it is re-armed
+    afterwards with its remaining time (at least 1 µs), so its own handler still runs.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    armed = [True]
+    phase = ["setup"]  # -> "armed" -> "done"
+    previous: list[Any] = [None]
 
     def _raise_deadline(signum: int, frame: Any) -> None:
-        if armed[0]:
-            raise _Deadline
+        if phase[0] == "armed":
+            if not _in_finalizer(frame):
+                raise _Deadline
+        elif phase[0] == "setup" and callable(previous[0]):
+            previous[0](signum, frame)
 
-    old_handler = signal.signal(signal.SIGALRM, _raise_deadline)
-    outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_S)
-    if 0 < outer_delay < seconds:
-        signal.setitimer(signal.ITIMER_REAL, outer_delay, _RETRY_S)
-    start = time.monotonic()
+    previous[0] = signal.signal(signal.SIGALRM, _raise_deadline)
+    outer_delay, outer_interval, start = 0.0, 0.0, time.monotonic()
     try:
+        outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_S)
+        phase[0] = "armed"
+        if 0 < outer_delay < seconds:
+            signal.setitimer(signal.ITIMER_REAL, outer_delay, _RETRY_S)
         yield
     finally:
-        armed[0] = False
+        phase[0] = "done"
         signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler if old_handler is not None else signal.SIG_DFL)
+        signal.signal(signal.SIGALRM, previous[0] if previous[0] is not None else signal.SIG_DFL)
         if outer_delay > 0:
             remaining = max(outer_delay - (time.monotonic() - start), 1e-6)
             signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
@@ -204,26 +255,41 @@ def last_boxed(text: str) -> str | None:
     return None if best is None else text[best[0] : best[1]]
 
 
-def _digits(e: Any) -> float:
-    """Upper bound on the decimal digits needed to hold ``e`` exactly (0 for symbols and unknowns)."""
+def _digits(e: Any, depth: int = 0) -> float:
+    """Upper bound on the decimal digits of the numbers an exact evaluation of ``e`` involves; never raises.
+
+    Always >= 0, so the sum over sub-expressions bounds them all, and ``10**_digits(x) >= |x|`` for a number
+    ``x``, so it bounds exponents and factorial arguments too. 0 for symbols, zero, infinities, NaN, ``zoo``
+    and unknowns; ``inf`` for a tree deeper than ``_MAX_DEPTH``. A ``Float`` counts its integer part (its
+    mantissa is held at its own precision), read from the mpf tuple: no ``float()`` overflow, no ``log10(0)``.
+    """
+    if depth > _MAX_DEPTH:
+        return math.inf
+    depth += 1
     if isinstance(e, sympy.Rational):
-        return max(abs(e.p).bit_length(), e.q.bit_length()) * math.log10(2)
-    if isinstance(e, sympy.Float):
-        return math.log10(abs(float(e))) if e != 0 else 0.0
+        return max(abs(e.p).bit_length(), e.q.bit_length()) * _LOG10_2
+    if isinstance(e, sympy.Float):  # man * 2**exp with bc bits of man; man == 0 for zero (and inf/nan mpfs)
+        _sign, man, exp, bc = e._mpf_
+        bits = max(exp + bc, 0) if man else 0
+        return bits * _LOG10_2 if bits < 2**1000 else math.inf
     if isinstance(e, sympy.Pow):
-        d_exp = _digits(e.exp)
-        return math.inf if d_exp > 300 else max(_digits(e.base), 1.0) * 10.0**d_exp
-    if isinstance(e, sympy.factorial):  # n! < n^n
-        d_n = _digits(e.args[0])
+        d_exp = _digits(e.exp, depth)
+        return math.inf if d_exp > 300 else max(_digits(e.base, depth), 1.0) * 10.0**d_exp
+    if isinstance(e, (sympy.factorial, sympy.gamma)):  # n! < n^n, and gamma(n) = (n-1)!
+        d_n = _digits(e.args[0], depth)
         return math.inf if d_n > 300 else 10.0**d_n * max(d_n, 1.0)
-    if isinstance(e, sympy.binomial):  # C(n, k) <= n^min(k, n-k); k bounds it well enough
-        d_n, d_k = _digits(e.args[0]), _digits(e.args[1])
-        return math.inf if min(d_n, d_k) > 300 else 10.0 ** min(d_n, d_k) * max(d_n, 1.0)
-    return sum((_digits(a) for a in getattr(e, "args", ())), 0.0)
+    if isinstance(e, sympy.binomial):  # C(n, k) <= n^min(n, k) for an integer n >= 0; else |C| <= (|n| + k)^k
+        n, k = e.args  # (sympy evaluates a negative or symbolic n through k-term products: k! is involved)
+        d_n, d_k = _digits(n, depth), _digits(k, depth)
+        d_terms = min(d_n, d_k) if isinstance(n, sympy.Integer) and n >= 0 else d_k
+        return math.inf if d_terms > 300 else 10.0**d_terms * (max(d_n, d_k) + 1.0)
+    if isinstance(e, MatrixBase):  # math-verify's matrices are mutable, not sympy.Basic: no .args
+        return sum((_digits(x, depth) for x in e), 0.0)
+    return sum((_digits(a, depth) for a in getattr(e, "args", ())), 0.0)
 
 
 def _too_large(parsed: list) -> bool:
-    return any(_digits(p) > _MAX_DIGITS for p in parsed if isinstance(p, sympy.Basic))
+    return any(_digits(p) > _MAX_DIGITS for p in parsed if isinstance(p, (sympy.Basic, MatrixBase)))
 
 
 class MathVerifyReward:
@@ -240,6 +306,7 @@ class MathVerifyReward:
         self._extraction = _LATEX_ONLY if self.config.answer_mode == "boxed" else _LATEX_AND_EXPR
         self._results: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
         self._golds: OrderedDict[str, list] = OrderedDict()
+        self._logged_errors: set[type] = set()  # exception types already logged (once each)
 
     def __getattr__(self, name: str) -> Any:
         """The hyperparameters read as attributes too: ``reward.incorrect is reward.config.incorrect``."""
@@ -259,7 +326,7 @@ class MathVerifyReward:
         cfg = self.config
         n = len(completions)
         correct = np.zeros(n, dtype=bool)
-        counts = {UNPARSABLE: 0, TIMEOUT: 0, "truncated": 0, "bad_gold": 0}
+        counts = {UNPARSABLE: 0, TIMEOUT: 0, ERROR: 0, "truncated": 0, "bad_gold": 0}
         for i, (text, gold, done) in enumerate(zip(completions, golds, finished)):
             if cfg.require_eos and not done:
                 counts["truncated"] += 1
@@ -287,6 +354,7 @@ class MathVerifyReward:
             n_truncated=counts["truncated"],
             n_timeout=counts[TIMEOUT],
             n_bad_gold=counts["bad_gold"],
+            n_error=counts[ERROR],
         )
 
     def parse_gold(self, gold: str) -> list:
@@ -299,9 +367,14 @@ class MathVerifyReward:
             self._golds.move_to_end(gold)
             return hit
         try:
-            with _deadline(self.config.timeout_s):
-                parsed = parse(f"{_BOXED}{gold}}}", _LATEX_AND_EXPR, parsing_timeout=None)
+            parsed = self._bounded(
+                lambda: parse(f"{_BOXED}{gold}}}", _LATEX_AND_EXPR, parsing_timeout=None),
+                gold,
+                "bad_gold_count",
+            )
         except _Deadline:
+            return []  # not cached: a slow first parse (cold caches) must not mark the gold bad for the whole run
+        if isinstance(parsed, Exception):
             parsed = []
         self._remember(self._golds, gold, parsed)
         return parsed
@@ -315,19 +388,61 @@ class MathVerifyReward:
             return hit
         text = f"{_BOXED}{answer}}}" if self.config.answer_mode == "boxed" else answer
         try:
-            with _deadline(self.config.timeout_s):
-                pred = parse(text, self._extraction, parsing_timeout=None)
-            if not pred:
-                result = (UNPARSABLE, False)
-            elif _too_large(pred):
-                result = (TIMEOUT, False)
-            else:
-                with _deadline(self.config.timeout_s):
-                    result = (OK, bool(verify(gold_parsed, pred, timeout_seconds=None)))
+            result = self._verdict(text, gold_parsed)
         except _Deadline:
             result = (TIMEOUT, False)
         self._remember(self._results, key, result)
         return result
+
+    def _verdict(self, text: str, gold_parsed: list) -> tuple[str, bool]:
+        """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``)."""
+
+        def parse_and_guard() -> tuple[str, list]:
+            pred = parse(text, self._extraction, parsing_timeout=None)
+            return (UNPARSABLE if not pred else TIMEOUT if _too_large(pred) else OK), pred
+
+        out = self._bounded(parse_and_guard, text, "error_frac")
+        if isinstance(out, Exception):
+            return ERROR, False
+        status, pred = out
+        if status != OK:
+            return status, False
+        ok = self._bounded(lambda: bool(verify(gold_parsed, pred, timeout_seconds=None)), text, "error_frac")
+        return (ERROR, False) if isinstance(ok, Exception) else (OK, ok)
+
+    def _bounded(self, fn: Callable[[], Any], text: str, metric: str) -> Any:
+        """``fn()`` under the deadline; an ``Exception`` from it is logged and returned, never raised.
+
+        The ``except`` sits inside the deadline's context, so it cannot catch what a pending outer SIGALRM
+        handler raises when the context re-arms that timer on exit; ``_Deadline`` (a BaseException) passes.
+        """
+        with _deadline(self.config.timeout_s):
+            try:
+                return fn()
+            except Exception as exc:  # noqa: BLE001 -- model text must never end a run; logged and counted
+                self._log_error(exc, text, metric)
+                return exc
+
+    def _log_error(self, exc: Exception, text: str, metric: str) -> None:
+        """Warn once per exception type, formatting only str args (printing a huge sympy object can hang)."""
+        kind = type(exc)
+        if kind in self._logged_errors:
+            return
+        self._logged_errors.add(kind)
+        msg = exc.args[0][:200] if exc.args and isinstance(exc.args[0], str) else ""
+        if not isinstance(text, str):  # a gold of another type
+            text = f"<{type(text).__name__}>"
+        short = text if len(text) <= 80 else f"{text[:60]}...{text[-17:]}"
+        logger.warning(
+            "%s(%r) while scoring %r (%d chars): scored incorrect, counted in reward/%s "
+            "(further %s are not logged)",
+            kind.__name__,
+            msg,
+            short,
+            len(text),
+            metric,
+            kind.__name__,
+        )
 
     def _remember(self, cache: OrderedDict, key: Any, value: Any) -> None:
         cache[key] = value
@@ -341,6 +456,7 @@ class MathVerifyReward:
             "reward/accuracy": float(batch.correct.sum()) / n,
             "reward/unparsable_frac": batch.n_unparsable / n,
             "reward/truncated_frac": batch.n_truncated / n,
+            "reward/error_frac": batch.n_error / n,
             "reward/timeout_count": float(batch.n_timeout),
             "reward/bad_gold_count": float(batch.n_bad_gold),
         }

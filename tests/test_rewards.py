@@ -1,21 +1,28 @@
 """math-verify reward: equivalences, rejections, failure counts, bounded time on junk, cache, threads, config.
 
 Real math-verify throughout. Time is guarded by pytest-timeout, never asserted (slow junk prints its time).
+The adversarial fuzz, which does check the documented time bound per completion, is in test_reward_fuzz.py.
 """
 
 from __future__ import annotations
 
+import gc
+import logging
+import math
 import random
 import signal
+import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gdro.rewards import MathVerifyReward, RewardBatch, RewardConfig, last_boxed, tail
+from gdro import rewards
+from gdro.rewards import MathVerifyReward, RewardBatch, RewardConfig, _digits, last_boxed, tail
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +45,9 @@ def _junk() -> list[str]:
         "\\boxed{((9!)!)!}",
         "\\boxed{\\binom{10^{9}}{10^{5}}}",
         "}" * 100_000 + "\\boxed{" + "{" * 100_000,
+        "\\boxed{\\begin{pmatrix}9^{9^{9}} & 2\\end{pmatrix}}",  # a matrix is not a sympy.Basic
+        "\\boxed{\\Gamma(10^{6})}",
+        "\\boxed{\\binom{-5}{10^{6}}}",  # small value, but sympy multiplies out 10^6 terms
     ]
 
 
@@ -154,8 +164,8 @@ def _score_junk(r: MathVerifyReward) -> tuple[RewardBatch, float]:
 def test_junk_is_incorrect_in_bounded_time():
     b, dt = _score_junk(MathVerifyReward())
     print(f"junk batch of {len(b.rewards)}: {dt:.2f} s, timeouts={b.n_timeout}, unparsable={b.n_unparsable}")
-    assert not b.correct.any()
-    assert b.n_timeout >= 4  # the towers, factorials and binomial are rejected as too large to verify
+    assert not b.correct.any() and b.n_error == 0
+    assert b.n_timeout >= 7  # the towers, factorials, binomials, gamma and matrix are rejected as too large
 
 
 @pytest.mark.timeout(60)
@@ -196,7 +206,7 @@ def test_non_main_thread_scores_and_rejects_junk():
     assert out["ok"].correct.tolist() == [True, False]
     b, dt = out["junk"]
     print(f"junk batch in a thread: {dt:.2f} s")
-    assert not b.correct.any() and b.n_timeout >= 4
+    assert not b.correct.any() and b.n_timeout >= 7 and b.n_error == 0
 
 
 def test_cache_gives_identical_results_and_is_bounded():
@@ -224,6 +234,212 @@ def test_bad_gold_counted(reward):
     assert b.correct.tolist() == [False, False, True] and b.n_bad_gold == 2 and b.n_unparsable == 0
 
 
+# (boxed answer, correct against gold "0", correct against gold "1"): math-verify's own verdicts. Before the
+# fix each of these raised "ValueError: math domain error" out of score() (a zero Float reached log10(0)).
+ZERO_ANSWERS = [
+    ("0.0", True, False),
+    ("-0.0", True, False),
+    ("0.00", True, False),
+    ("\\frac{0.0}{1}", True, False),
+    ("x = 0.0", True, False),
+    ("(0.0, 1)", False, False),
+    ("\\$0.0", True, False),
+    ("0.0^\\circ", True, False),
+    ("\\sqrt{0.0}", True, False),
+    ("0.0 \\times 10^{5}", True, False),
+    ("0.0!", False, True),
+    ("0.0^{0.0}", False, True),
+    ("\\frac{1}{0.0}", False, False),
+]
+
+
+@pytest.mark.parametrize(("answer", "is_zero", "is_one"), ZERO_ANSWERS)
+def test_zero_valued_answers_score_without_raising(reward, answer, is_zero, is_one):
+    b = reward.score([f"so \\boxed{{{answer}}}"] * 2, ["0", "1"], [True, True])
+    assert b.correct.tolist() == [is_zero, is_one]
+    assert (b.n_unparsable, b.n_timeout, b.n_error, b.n_bad_gold) == (0, 0, 0, 0)
+
+
+def test_tiny_and_order_dependent_floats_score_without_raising():
+    # 1e-401 underflows float(): log10(0) again before the fix (needs a tail longer than the default 300)
+    tiny = "\\boxed{0." + "0" * 400 + "1}"
+    b = MathVerifyReward(tail_chars=1000).score([tiny] * 3, ["0", "1", "10^{-401}"], [True] * 3)
+    assert b.correct.tolist() == [False, False, True] and b.n_error == 0
+    # 0.0/0.0 against 0: math-verify's verdict depends on what sympy scored before in the process (its global
+    # cache), so only "does not raise" is asserted
+    b = MathVerifyReward().score(["\\boxed{\\frac{0.0}{0.0}}"], ["0"], [True])
+    assert b.n_error == 0 and b.n_unparsable == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        sympy.Float(0),
+        sympy.Float("-0.0"),
+        sympy.Float("1e-400"),
+        sympy.Float("1e400"),
+        sympy.Float("1e-100000"),
+        sympy.nan,
+        sympy.zoo,
+        sympy.oo,
+        -sympy.oo,
+        sympy.Pow(sympy.Float(0), -1, evaluate=False),
+        sympy.Pow(10, sympy.Float("-1e5"), evaluate=False),
+        sympy.factorial(sympy.Float(0), evaluate=False),
+        sympy.binomial(sympy.Float(0), sympy.Float("1e-300"), evaluate=False),
+        sympy.Matrix([[sympy.Float(0), sympy.nan]]),
+    ],
+    ids=repr,
+)
+def test_digits_never_raises_and_is_non_negative(value):
+    d = _digits(value)
+    assert d >= 0 and not math.isnan(d)
+
+
+def test_digits_bounds_huge_values_and_deep_trees():
+    assert _digits(sympy.Float("1e100000")) >= 100_000
+    tower = sympy.Pow(9, sympy.Pow(9, 9, evaluate=False), evaluate=False)
+    assert _digits(sympy.Matrix([[tower, 2]])) > rewards._MAX_DIGITS  # a Matrix is not a sympy.Basic
+    deep = sympy.Symbol("x")
+    for _ in range(300):  # deeper than the guard measures: inf (rejected), never a RecursionError
+        deep = sympy.Pow(deep, 2, evaluate=False)
+    assert _digits(deep) == math.inf
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(-(10**60), 10**60), st.integers(1, 10**60), st.integers(-400, 400))
+def test_digits_is_an_upper_bound_on_magnitude(p, q, k):
+    """10**_digits(x) >= |x| for rationals and Floats of any exponent (it bounds exponents, so it must)."""
+    x = sympy.Rational(p, q)
+    if x != 0:
+        assert _digits(x) >= math.log10(abs(x.p)) - math.log10(x.q) - 1e-9
+    f = sympy.Float(f"{p}e{k}")
+    assert _digits(f) >= 0
+    if p != 0:
+        assert _digits(f) >= math.log10(abs(p)) + k - 1e-9
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(-60, 200), st.integers(0, 200))
+def test_digits_bounds_powers_factorials_binomials(n, k):
+    def exact(e):
+        v = abs(e.doit())
+        return math.log10(int(v)) if v > 1 else 0.0  # exact int: no float overflow
+
+    for e in [
+        sympy.Pow(max(abs(n), 2), k, evaluate=False),
+        sympy.factorial(abs(n), evaluate=False),
+        sympy.binomial(n, k, evaluate=False),
+    ]:
+        assert _digits(e) >= exact(e) - 1e-9, e
+
+
+def _prefix_guard(parsed: list) -> bool:
+    """The magnitude guard as it was before the fix: log10 of a Float, which raises on a zero."""
+    return any(math.log10(abs(float(p))) > 5 for p in parsed if isinstance(p, sympy.Float))
+
+
+def test_exception_while_scoring_is_counted_as_error_logged_once_and_cached(monkeypatch, caplog):
+    """No known answer makes scoring raise any more; the pre-fix guard brings back a real one (a zero Float
+    reaching log10), to check that such a bug costs one completion, not the run."""
+    calls = []
+
+    def guard(parsed: list) -> bool:
+        calls.append(1)
+        return _prefix_guard(parsed)
+
+    monkeypatch.setattr(rewards, "_too_large", guard)
+    r = MathVerifyReward(correct=1.0, incorrect=-1.0)
+    texts = ["\\boxed{0.0}", "\\boxed{-0.0}", "\\boxed{4}", "\\boxed{0.5}", "no box"]
+    golds = ["0", "0", "4", "\\frac{1}{2}", "4"]
+    with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
+        first = r.score(texts, golds, [True] * 5)
+        second = r.score(texts, golds, [True] * 5)
+    for b in (first, second):  # the second from the cache: counted the same, guard not run again
+        assert b.correct.tolist() == [False, False, True, True, False]
+        assert b.rewards.tolist() == [-1.0, -1.0, 1.0, 1.0, -1.0]
+        assert (b.n_error, b.n_unparsable, b.n_timeout, b.n_bad_gold) == (2, 1, 0, 0)
+        m = r.metrics(b)
+        assert m["reward/error_frac"] == 0.4 and m["reward/unparsable_frac"] == 0.2
+    assert len(calls) == 4
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "gdro.rewards"]
+    assert len(logged) == 1  # once per exception type
+    assert "ValueError" in logged[0] and "math domain error" in logged[0] and "\\\\boxed{0.0}" in logged[0]
+
+
+def test_keyboard_interrupt_while_scoring_propagates(monkeypatch):
+    def interrupted(parsed: list) -> bool:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(rewards, "_too_large", interrupted)
+    r = MathVerifyReward()
+    with pytest.raises(KeyboardInterrupt):
+        r.score(["\\boxed{4}"], ["4"], [True])
+    assert not r._results  # nothing cached
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, TimeoutError])
+def test_outer_alarm_handler_exception_propagates(exc):
+    """A caller's own ITIMER_REAL timer due during scoring cuts our deadline short and is re-armed on its
+    exit; what its handler raises then (KeyboardInterrupt, or a plain TimeoutError) leaves score(): it is not
+    taken for an error inside scoring."""
+
+    def outer(signum, frame):
+        raise exc("outer timer")
+
+    previous = signal.signal(signal.SIGALRM, outer)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    r = MathVerifyReward(timeout_s=5.0)
+    try:
+        with pytest.raises(exc, match="outer timer"):
+            r.score(["\\boxed{(y+1)^{1000} - (y-1)^{1000}}"], ["389192"], [True])
+            time.sleep(1.0)  # not reached when the handler ran inside score(), as it does
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert not r._logged_errors
+
+
+@pytest.mark.timeout(60)
+def test_deadline_never_lands_in_a_gc_callback(monkeypatch):
+    """Raised inside a gc callback (hypothesis installs one), ``_Deadline`` would only be reported as
+    unraisable, and a retry landing in pytest's unraisable hook fails the test; the handler skips such frames
+    and waits for its 10 ms repeat."""
+    reported: list = []
+    MathVerifyReward().parse_gold("389192")  # math-verify's own caches warm: the gold parses within 20 ms
+
+    def slow_callback(phase, info):
+        time.sleep(0.003)
+
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+    gc.callbacks.append(slow_callback)
+    try:
+        texts = [f"\\boxed{{(y+1)^{{1000}} - (y-{i})^{{1000}}}}" for i in range(1, 11)]
+        b = MathVerifyReward(timeout_s=0.02).score(texts, ["389192"] * 10, [True] * 10)
+    finally:
+        gc.callbacks.remove(slow_callback)
+    assert b.n_timeout == 10 and not reported
+
+
+class _Unformattable(str):
+    """A gold whose formatting raises: an exception inside the gold's parse."""
+
+    def __format__(self, spec: str) -> str:
+        raise RuntimeError("cannot format")
+
+
+def test_gold_parse_exception_counts_as_bad_gold(caplog):
+    r = MathVerifyReward()
+    with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
+        b = r.score(["\\boxed{5}", "\\boxed{4}"], [_Unformattable("5"), "4"], [True, True])
+    assert b.correct.tolist() == [False, True] and b.n_bad_gold == 1 and b.n_error == 0
+    assert r.parse_gold(_Unformattable("5")) == []
+    assert any(
+        "RuntimeError" in rec.getMessage() and "bad_gold" in rec.getMessage() for rec in caplog.records
+    )
+
+
 def test_metrics(reward):
     b = reward.score(["\\boxed{4}", "\\boxed{5}", "none", "\\boxed{4}"], ["4"] * 4, [True, True, True, False])
     m = reward.metrics(b)
@@ -231,6 +447,7 @@ def test_metrics(reward):
         "reward/accuracy": 0.25,
         "reward/unparsable_frac": 0.25,
         "reward/truncated_frac": 0.25,
+        "reward/error_frac": 0.0,
         "reward/timeout_count": 0.0,
         "reward/bad_gold_count": 0.0,
     }
@@ -248,6 +465,7 @@ def test_length_mismatch_raises(reward):
     [
         ({"timeout_s": 0}, "timeout_s must be > 0"),
         ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"timeout_s": 1e12}, "timeout_s must be > 0 and <= 86400"),  # setitimer overflows there
         ({"tail_chars": 0}, "tail_chars must be > 0"),
         ({"correct": 0.0, "incorrect": 0.0}, "correct must be > incorrect"),
         ({"correct": float("nan")}, "correct"),
@@ -305,4 +523,4 @@ def test_arbitrary_text_gives_a_valid_batch(texts):
     b = r.score(texts, ["12"] * len(texts), [True] * len(texts))
     assert b.rewards.shape == (len(texts),) and set(b.rewards.tolist()) <= {1.0, -1.0}
     np.testing.assert_array_equal(b.rewards == 1.0, b.correct)
-    assert b.n_unparsable + b.n_timeout <= len(texts) - int(b.correct.sum())
+    assert b.n_unparsable + b.n_timeout + b.n_error <= len(texts) - int(b.correct.sum()) and b.n_error == 0
