@@ -5,59 +5,82 @@
   an exact-budget selection of one arm per bin present (DP, Eq. 19), and a live shadow price μ (Eq. 20–21).
 - ``SqrtAllocator``: the square-root (Neyman) law of Theorem 4.2, n_b ∝ √v_b, with v_b estimated online.
 
-All allocate from the *current* batch's bins (classified before generation) and keep the mean budget
-n̄ per prompt exactly: Σ_b count_b · n_b = n̄ · #prompts.
+All allocate from the *current* batch's bins (classified before generation) and spend the step's budget
+exactly: Σ_b count_b · n_b = budget, the trainer's ``prompts_per_step × rollouts_per_prompt`` (n̄ = budget / #prompts,
+passed with every call — the allocators hold no copy of it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from gdro.bandit import bin_means, mixed_distribution
 from gdro.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
+from gdro.interfaces import SIGNALS, BinSpec, StepFeedback
 
-SIGNALS = ("pg_loss", "pg_kl", "failure_rate")
+
+def mean_budget(bins: np.ndarray, budget: int) -> int:
+    """n̄ = budget / #prompts, which must be a whole number of rollouts per prompt."""
+    g = len(bins)
+    if g < 1:
+        raise ValueError("a step needs at least one prompt")
+    if budget % g:
+        raise ValueError(f"budget={budget} is not a whole number of rollouts per prompt for {g} prompts")
+    return budget // g
 
 
 class FixedAllocator:
-    """Every prompt gets ``n`` rollouts (GRPO's group size)."""
+    """Every prompt gets n̄ = budget / #prompts rollouts (GRPO's group size)."""
 
-    def __init__(self, n: int):
-        if n < 1:
-            raise ValueError(f"n must be >= 1 rollout per prompt, got {n}")
-        self.n = n
-
-    def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
-        """Per-prompt rollout counts for a step of ``num_prompts`` prompts (``bins``: their difficulty bins)."""
-        return np.full(num_prompts, self.n, dtype=np.int64)
-
-    def bind_labels(self, labels: list[str]) -> None:
+    def bind(self, bins: BinSpec) -> None:
         """A fixed allocation reports no per-bin metrics."""
 
-    def update(self, **_: Any) -> None:
+    def check_budget(self, n_bar: int) -> None:
+        if n_bar < 1:
+            raise ValueError(f"the mean budget must be >= 1 rollout per prompt, got {n_bar}")
+
+    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
+        """Per-prompt rollout counts for a step's prompts (``bins``: their difficulty bins, unused here)."""
+        n_bar = mean_budget(bins, budget)
+        self.check_budget(n_bar)
+        return np.full(len(bins), n_bar, dtype=np.int64)
+
+    def update(self, feedback: StepFeedback) -> None:
         """A fixed allocation does not adapt."""
 
     def metrics(self) -> dict[str, float]:
         return {}
 
     def state_dict(self) -> dict[str, Any]:
-        return {"n": self.n}
+        return {}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.n = int(state["n"])
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore."""
 
 
 class _BinAllocator:
     """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics."""
 
-    def __init__(self, n_bar: int, n_min: int, n_max: int):
-        check_budget_feasible(n_bar, n_min, n_max)
-        self.n_bar, self.n_min, self.n_max = int(n_bar), int(n_min), int(n_max)
+    def __init__(self, n_min: int, n_max: int):
+        check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
+        self.n_min, self.n_max = int(n_min), int(n_max)
+        self.n_bar = 0  # this step's mean budget, from allocate()
         self.arms = np.arange(self.n_min, self.n_max + 1, dtype=np.int64)
         self.labels: list[str] = []
         self._last: dict[str, Any] = {}
+
+    def check_budget(self, n_bar: int) -> None:
+        """n_min ≤ n̄ ≤ n_max (Eq. 19 is then feasible); raised before a run starts."""
+        check_budget_feasible(n_bar, self.n_min, self.n_max)
+
+    def _step_budget(self, bins: np.ndarray, budget: int) -> np.ndarray:
+        bins = np.asarray(bins, dtype=np.int64).reshape(-1)
+        self.n_bar = mean_budget(bins, budget)
+        self.check_budget(self.n_bar)
+        return bins
 
     def _present(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         uniq, inverse, counts = np.unique(np.asarray(bins, dtype=np.int64), return_inverse=True, return_counts=True)
@@ -98,9 +121,9 @@ class _BinAllocator:
                 out["gdro/wse_ratio"] = float(wse / wse_uniform)
         return out
 
-    def bind_labels(self, labels: list[str]) -> None:
+    def bind(self, bins: BinSpec) -> None:
         """Names of the classifier's bins, for metric keys."""
-        self.labels = list(labels)
+        self.labels = list(bins.labels)
 
 
 class RolloutGDRO(_BinAllocator):
@@ -122,10 +145,10 @@ class RolloutGDRO(_BinAllocator):
     projected allocation (the released code; always n̄, so μ never moves).
     """
 
-    def __init__(self, n_bar: int, n_min: int = 2, n_max: int = 12, eta: float = 0.65, gamma: float = 0.01,
+    def __init__(self, n_min: int = 2, n_max: int = 24, eta: float = 0.65, gamma: float = 0.01,
                  alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
                  consumption: str = "expected", signal: str = "failure_rate"):
-        super().__init__(n_bar, n_min, n_max)
+        super().__init__(n_min, n_max)
         checks = [("eta", eta > 0, "must be > 0"), ("gamma", 0 < gamma <= 1, "must be in (0, 1]"),
                   ("alpha_mu", alpha_mu >= 0, "must be >= 0"), ("beta_ema", 0 < beta_ema <= 1, "must be in (0, 1]"),
                   ("score_update", score_update in ("lagrangian", "official", "paper"),
@@ -147,22 +170,22 @@ class RolloutGDRO(_BinAllocator):
             s = np.zeros(len(self.arms))
         return mixed_distribution(s, self.eta, self.gamma)
 
-    def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
-        bins = np.zeros(num_prompts, dtype=np.int64) if bins is None else np.asarray(bins, dtype=np.int64)
+    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
+        bins = self._step_budget(bins, budget)
         uniq, inverse, counts = self._present(bins)
         probs = np.stack([self.arm_probs(b) for b in uniq])
         # Eq. 19: maximise the joint arm probability under the exact budget (each bin's log-prob once)
-        n_b = exact_budget_select(np.log(probs), counts, self.arms, self.n_bar * num_prompts, prefer=self.n_bar)
+        n_b = exact_budget_select(np.log(probs), counts, self.arms, budget, prefer=self.n_bar)
         self._record(uniq, counts, n_b)
         self._last["expected"] = float((counts / counts.sum()) @ (probs @ self.arms))
         return n_b[inverse]
 
-    def update(self, *, bins: np.ndarray, group_index: np.ndarray, signals: dict[str, np.ndarray],
-               correct: np.ndarray, **_: Any) -> None:
+    def update(self, feedback: StepFeedback) -> None:
         if not self._last:
             return
+        bins, group_index = feedback.bins, feedback.group_index
         uniq, n_b = self._last["bins"], self._last["n_b"]
-        losses = self._bin_mean(signals[self.signal], group_index, bins)
+        losses = self._bin_mean(feedback.signal(self.signal), group_index, bins)
         rel = (self.arms - self.n_bar) / self.n_bar  # relative extra budget of each arm
         for b, n, loss in zip(uniq, n_b, losses):
             if np.isnan(loss):
@@ -179,7 +202,7 @@ class RolloutGDRO(_BinAllocator):
         consumed = self._last["expected"] if self.consumption == "expected" else realised
         self.mu = self.mu + self.alpha_mu * (consumed - self.n_bar)  # Eq. 21 (dual ascent on the budget)
         self._last["consumed"] = consumed
-        self._last["acc"] = self._bin_mean(correct, group_index, bins)
+        self._last["acc"] = self._bin_mean(feedback.correct, group_index, bins)
 
     def metrics(self) -> dict[str, float]:
         out = self._common_metrics()
@@ -191,7 +214,7 @@ class RolloutGDRO(_BinAllocator):
     def state_dict(self) -> dict[str, Any]:
         return {"mu": self.mu, "scores": {int(b): s.tolist() for b, s in self.scores.items()}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.mu = float(state["mu"])
         self.scores = {int(b): np.asarray(s, dtype=np.float64) for b, s in state["scores"].items()}
 
@@ -203,8 +226,8 @@ class SqrtAllocator(_BinAllocator):
     bin's realised accuracy; a bin never observed gets ``v_prior`` (0.25 = the maximum, so it is explored).
     """
 
-    def __init__(self, n_bar: int, n_min: int = 2, n_max: int = 12, beta_ema: float = 0.4, v_prior: float = 0.25):
-        super().__init__(n_bar, n_min, n_max)
+    def __init__(self, n_min: int = 2, n_max: int = 24, beta_ema: float = 0.4, v_prior: float = 0.25):
+        super().__init__(n_min, n_max)
         if not 0 < beta_ema <= 1:
             raise ValueError(f"beta_ema must be in (0, 1], got {beta_ema}")
         if not 0 <= v_prior <= 0.25:
@@ -216,18 +239,18 @@ class SqrtAllocator(_BinAllocator):
         p = self.p.get(int(b))
         return self.v_prior if p is None else p * (1 - p)
 
-    def allocate(self, num_prompts: int, bins: np.ndarray | None = None) -> np.ndarray:
-        bins = np.zeros(num_prompts, dtype=np.int64) if bins is None else np.asarray(bins, dtype=np.int64)
+    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
+        bins = self._step_budget(bins, budget)
         uniq, inverse, counts = self._present(bins)
         v = np.array([self.variance(b) for b in uniq])
         n_b = sqrt_allocation(v, counts, self.n_bar, self.n_min, self.n_max)
         self._record(uniq, counts, n_b)
         return n_b[inverse]
 
-    def update(self, *, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray, **_: Any) -> None:
+    def update(self, feedback: StepFeedback) -> None:
         if not self._last:
             return
-        self._last["acc"] = self._bin_mean(correct, group_index, bins)
+        self._last["acc"] = self._bin_mean(feedback.correct, feedback.group_index, feedback.bins)
         for b, acc in zip(self._last["bins"], self._last["acc"]):
             old = self.p.get(int(b))
             self.p[int(b)] = acc if old is None else (1 - self.beta_ema) * old + self.beta_ema * acc
@@ -243,5 +266,5 @@ class SqrtAllocator(_BinAllocator):
     def state_dict(self) -> dict[str, Any]:
         return {"p": {int(b): p for b, p in self.p.items()}}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.p = {int(b): float(p) for b, p in state["p"].items()}

@@ -57,6 +57,11 @@ def build_components(cfg: DictConfig) -> Components:
     no model or dataset is loaded.
     """
     run, parts = validate_config(cfg, COMPONENTS, RunConfig)
+    try:  # cross-group rule: the allocator must be able to meet the mean budget n̄ (Eq. 19 feasible)
+        parts["allocator"].check_budget(run.rollouts_per_prompt)
+    except ValueError as err:
+        raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
+                          f"(allocator {type(parts['allocator']).__name__})") from err
     return Components(run, parts)
 
 
@@ -93,10 +98,10 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any]) -> Pat
     if not run.resume:
         raise ConfigError(f"resume=false: {run_dir} holds a checkpoint (step {meta['step']}) and is left untouched; "
                           "pass resume=true to continue it, or choose another hydra.run.dir")
-    diffs = config_differences(meta["config"], resolved, ignore=("steps",))
+    diffs = config_differences(meta["config"], resolved, ignore=("steps", "device"))
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
-                          f"(only steps may change): " + "; ".join(diffs))
+                          f"(only steps and device may change): " + "; ".join(diffs))
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
     return ckpt
@@ -128,8 +133,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     the model loads.
     """
     from gdro.data.filtering import drop_long_prompts
-    from gdro.models import load_model, load_tokenizer
-    from gdro.rollout.hf import HFEngineConfig, HFGenerator
+    from gdro.models import load_model, load_tokenizer, resolve_device
+    from gdro.rollout import check_engine_config, make_engine
 
     comp = build_components(cfg)
     run = comp.run
@@ -137,8 +142,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         torch.set_num_threads(run.threads)
     torch.manual_seed(run.seed)
     spec, task, loss_cfg, eng_cfg = comp["model"], comp["data"], comp["loss"], comp["rollout"]
-    if not isinstance(eng_cfg, HFEngineConfig):
-        raise ConfigError(f"rollout engine {type(eng_cfg).__name__} is not supported by this trainer yet")
+    try:
+        check_engine_config(eng_cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     run_dir = Path(run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
     ckpt = resume_point(run, run_dir, resolved)
@@ -177,14 +184,12 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     log.info("loading model %s", spec.name_or_path)
-    policy, tokenizer = load_model(spec, tokenizer=tokenizer)
+    device = resolve_device(run.device)
+    policy, tokenizer = load_model(spec, device=device, tokenizer=tokenizer)
     ref_model = None
     if loss_cfg.beta_kl > 0:
-        ref_model = copy.deepcopy(policy).eval().requires_grad_(False)
-    engine = HFGenerator(
-        policy, tokenizer, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
-        batch_size=eng_cfg.batch_size,
-    )
+        ref_model = copy.deepcopy(policy).to(device).eval().requires_grad_(False)
+    engine = make_engine(eng_cfg, policy, tokenizer, spec)
     logger = RunLogger(
         run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
         truncate_to=read_meta(ckpt)["metrics_bytes"] if ckpt is not None else None, wandb_id=record.data["wandb_id"],

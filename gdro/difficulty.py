@@ -10,7 +10,7 @@ records how many of the rollouts it drew were correct. The estimate is either
   (``gdro.bins.passk_from_window``), meaningful even when a visit draws fewer than ``k`` rollouts.
 
 The estimate is binned with edges (Eq. 11) and hysteresis ``delta`` relative to the stored bin (L227). Bins read
-at step t come from history up to step t-1: ``bins()`` is a pure read and only ``update()`` changes them.
+at step t come from history up to step t-1: ``bins()`` is a pure read and only ``update()``/``record()`` change them.
 Never-seen prompts go to bin 0 (``unseen="hardest"``, the official code) or to an extra bin ``B``
 (``unseen="separate"``).
 """
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gdro.bins import hysteresis_bins, make_edges, passk_from_window
+from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 
 __all__ = ["ESTIMATORS", "UNSEEN_POLICIES", "OnlineDifficultyClassifier"]
 
@@ -63,11 +64,11 @@ class OnlineDifficultyClassifier:
         self,
         edges: Sequence[float] | None = PAPER_EDGES,
         num_bins: int | None = None,
-        window: int = 0,
+        window: int = 50,
         estimator: str = "any_correct",
         k: int = 8,
         hysteresis: float = 0.0,
-        unseen: str = "hardest",
+        unseen: str = "separate",
     ):
         self.full_edges = make_edges(edges, num_bins)
         if isinstance(window, bool) or int(window) != window or window < 0:
@@ -88,11 +89,14 @@ class OnlineDifficultyClassifier:
         self.num_pass_bins = len(self.full_edges) - 1  # B: bins over the pass-rate
         self._unseen_bin = 0 if unseen == "hardest" else self.num_pass_bins
         self._moved_frac = float("nan")
-        self.bind([])
+        self._attach([])
 
     # ---------------------------------------------------------------- pool
-    def bind(self, uids: Sequence[str]) -> None:
-        """Attach the training pool (prompt id i is ``uids[i]``) and clear all history."""
+    def bind(self, pool: PromptPool) -> None:
+        """Attach the training pool (prompt id i is ``pool.uids[i]``) and clear all history."""
+        self._attach(pool.uids)
+
+    def _attach(self, uids: Sequence[str]) -> None:
         self.uids = [str(u) for u in uids]
         self._index = {u: i for i, u in enumerate(self.uids)}
         if len(self._index) != len(self.uids):
@@ -117,6 +121,10 @@ class OnlineDifficultyClassifier:
         """``"0"``, ..., ``"B-1"`` (0 = hardest), then ``"unseen"`` when unseen prompts have their own bin."""
         return [str(b) for b in range(self.num_pass_bins)] + (["unseen"] if self.unseen == "separate" else [])
 
+    def bin_spec(self) -> BinSpec:
+        """The bins as the sampler and allocator see them: labels, and the first ``num_pass_bins`` pass-rate ordered."""
+        return BinSpec(tuple(self.bin_labels()), self.num_pass_bins)
+
     def _ids(self, ids: Any) -> np.ndarray:
         ids = _int_array("ids", ids)
         if ids.size and (ids.min() < 0 or ids.max() >= len(self.uids)):
@@ -138,7 +146,11 @@ class OnlineDifficultyClassifier:
         return self._p[self._ids(ids)].copy()
 
     # ---------------------------------------------------------------- update
-    def update(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
+    def update(self, feedback: StepFeedback) -> None:
+        """Record the step: each prompt's visit with its correct rollouts out of the rollouts it drew."""
+        self.record(feedback.ids, feedback.n_correct, feedback.n)
+
+    def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
         """Record one visit per entry: ``correct`` of ``total`` rollouts right (ragged totals allowed).
 
         An id repeated within one call is processed in order, each visit updating estimate and bin in turn.
@@ -259,7 +271,7 @@ class OnlineDifficultyClassifier:
         missing = [u for u in state["uids"] if u not in self._index]
         if missing:
             raise ValueError(f"uids of the state are missing from the bound pool, e.g. {missing[0]!r}")
-        self.bind(self.uids)
+        self._attach(self.uids)
         idx = np.asarray([self._index[u] for u in state["uids"]], dtype=np.int64)
         if idx.size == 0:
             return

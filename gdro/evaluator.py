@@ -40,7 +40,7 @@ from gdro.build import ConfigError, _instantiate
 from gdro.cli import precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
-from gdro.validate import build_node, check_keys
+from gdro.validate import build_node, check_keys, rewrite
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro.eval")
@@ -62,6 +62,7 @@ class EvalPlan:
     benchmarks: dict[str, list[Problem]]
     reports: dict[str, str] = field(default_factory=dict)
     threads: int | None = None
+    device: str = "auto"  # the `device` setting: auto | cpu | cuda | cuda:N (checked by build_plan)
 
 
 def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -113,10 +114,13 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
     if missing:
         raise ConfigError(f"config is missing the groups {missing}")
     parts = {g: _instantiate(cfg[g], g) for g in GROUPS}
-    from gdro.rollout.hf import HFEngineConfig
+    from gdro.models import resolve_device
+    from gdro.rollout import check_engine_config
 
-    if not isinstance(parts["rollout"], HFEngineConfig):
-        raise ConfigError(f"rollout engine {type(parts['rollout']).__name__} is not supported by gdro-eval yet")
+    try:
+        check_engine_config(parts["rollout"])
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
     ckpt = cfg.get("checkpoint")
     if ckpt is not None:
         if not (Path(str(ckpt)) / "config.json").is_file():
@@ -127,13 +131,18 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
     threads = cfg.get("threads")
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ConfigError(f"threads must be a positive int or null, got {threads!r}")
+    device = cfg.get("device", "auto")  # conf/eval_app.yaml `device` (auto when an older config lacks the key)
+    try:
+        resolve_device(device)
+    except (ValueError, TypeError) as err:
+        raise rewrite(err, {"device": device}, "") from err
     entries = _entries(cfg)
     benchmarks, reports = {}, {}
     for i, entry in enumerate(entries):
         name = entry["name"]
         benchmarks[name], reports[name] = _load_problems(entry, i)
         log.info("%s", reports[name])
-    return EvalPlan(parts, benchmarks, reports, threads)
+    return EvalPlan(parts, benchmarks, reports, threads, device)
 
 
 def aggregate(per_bench: dict[str, dict[str, float]], k: int) -> dict[str, float]:
@@ -180,7 +189,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     from gdro.data.filtering import drop_long_prompts
     from gdro.evaluation import evaluate
     from gdro.models import load_model, load_tokenizer
-    from gdro.rollout.hf import HFGenerator
+    from gdro.rollout import make_engine
 
     plan = build_plan(cfg)
     if plan.threads is not None:
@@ -199,9 +208,8 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         if not plan.benchmarks[name]:
             raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every prompt of {name} is longer")
     log.info("loading model %s", spec.name_or_path)
-    model, tokenizer = load_model(spec, tokenizer=tokenizer)  # CPU: HFGenerator keeps its tensors on the CPU
-    engine = HFGenerator(model, tokenizer, use_chat_template=spec.use_chat_template,
-                         max_prompt_len=spec.max_prompt_len, batch_size=eng_cfg.batch_size)
+    model, tokenizer = load_model(spec, device=plan.device, tokenizer=tokenizer)
+    engine = make_engine(eng_cfg, model, tokenizer, spec)  # samples on the model's device
     k = eval_cfg.k
     per_bench: dict[str, dict[str, float]] = {}
     for name, problems in plan.benchmarks.items():
@@ -239,7 +247,7 @@ def _eval(cfg: DictConfig) -> float:
 
 def _check(cfg: DictConfig) -> None:
     """Before Hydra starts the job: known top-level keys, and every group's keys, types and ranges."""
-    check_keys([str(k) for k in cfg if k != "hydra"], [*GROUPS, "benchmarks", "checkpoint", "out", "threads"])
+    check_keys([str(k) for k in cfg if k != "hydra"], [*GROUPS, "benchmarks", "checkpoint", "out", "threads", "device"])
     for g in GROUPS:
         if g not in cfg:
             raise ConfigError(f"{g}: missing (the config must set every group)")

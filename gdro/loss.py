@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
@@ -29,13 +30,13 @@ __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
     "LossConfig",
+    "TokenTerms",
     "aggregate",
     "aggregation_denom",
     "clipped_surrogate",
     "grpo_loss",
     "kl_penalty",
-    "per_response_kl",
-    "per_response_pg_loss",
+    "per_response_mean",
 ]
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum")
@@ -208,11 +209,12 @@ def grpo_loss(
             ``denom`` when ``agg == "token-mean"``, else to this batch's token count.
 
     Returns:
-        ``(loss, stats)``. ``stats`` holds detached scalars that sum exactly over the micro-batches of a
-        mini-batch when ``denom``/``token_denom`` are the mini-batch's counts: ``"pg_loss"`` and ``"kl"``
+        ``(loss, stats, tokens)``. ``stats`` holds detached scalars that sum exactly over the micro-batches of
+        a mini-batch when ``denom``/``token_denom`` are the mini-batch's counts: ``"pg_loss"`` and ``"kl"``
         (aggregated with ``agg``/``denom``; ``kl`` is 0 without ``ref_logp``), ``"clip_frac"`` (fraction of
         valid tokens with ``clipped`` set) and ``"ratio_mean"`` (token mean of rho), both over
-        ``token_denom``.
+        ``token_denom``. ``tokens`` holds the detached per-token terms the loss reduced (``pg`` and, with
+        ``ref_logp``, ``kl``): per-response controller signals are reductions of them (``per_response_mean``).
     """
     _check_2d("mask", mask, logp)
     if not (beta_kl >= 0 and math.isfinite(beta_kl)):
@@ -225,8 +227,10 @@ def grpo_loss(
     pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
     pg_loss = aggregate(pg, mask, agg, denom)
     loss = pg_loss
+    kl_tok = None
     if ref_logp is not None:
-        kl = aggregate(kl_penalty(logp, ref_logp, kl_estimator), mask, agg, denom)
+        kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
+        kl = aggregate(kl_tok, mask, agg, denom)
         if beta_kl > 0:
             loss = loss + beta_kl * kl
     else:
@@ -239,47 +243,27 @@ def grpo_loss(
             "clip_frac": aggregate(clipped.to(logp.dtype), mask, "token-mean", token_denom),
             "ratio_mean": aggregate(ratio, mask, "token-mean", token_denom),
         }
-    return loss, stats
+    return loss, stats, TokenTerms(pg.detach(), None if kl_tok is None else kl_tok.detach())
 
 
-def _token_mean_per_row(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """``(B,)`` masked token mean of each row; a row without valid tokens gives 0."""
+class TokenTerms(NamedTuple):
+    """Detached per-token terms of one ``grpo_loss`` call, ``(B, T)``: the clipped PG loss, and the KL estimate
+    (None without a reference)."""
+
+    pg: torch.Tensor
+    kl: torch.Tensor | None
+
+
+def per_response_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``(B,)`` masked token mean of each response; a response without valid tokens gives 0.
+
+    Applied to ``TokenTerms.pg`` it is the official code's per-sample PG loss ``-J^CLIP_{i,j}`` (Eq. 5; Eq. 6
+    without the KL term); applied to ``TokenTerms.kl`` the Eq. 6 KL term of each response.
+    """
+    _check_2d("mask", mask, values)
     m = mask.to(values.dtype)
     masked = torch.where(mask != 0, values, torch.zeros_like(values)) * m
     return masked.sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)
-
-
-@torch.no_grad()
-def per_response_pg_loss(
-    logp: torch.Tensor,
-    old_logp: torch.Tensor,
-    adv: torch.Tensor,
-    mask: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-    *,
-    clip_ratio_c: float | None = None,
-) -> torch.Tensor:
-    """Per-response token mean of the clipped PG loss, ``-J^CLIP_{i,j}`` (Eq. 5; Eq. 6 without the KL term).
-
-    This is the official code's controller signal (``per_sample_pg_loss``): pass the *unweighted*
-    advantages. Computed without gradient. Returns ``(B,)``.
-    """
-    _check_2d("mask", mask, logp)
-    pg, _ = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
-    return _token_mean_per_row(pg, mask)
-
-
-@torch.no_grad()
-def per_response_kl(
-    logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, estimator: str = "low_var_kl"
-) -> torch.Tensor:
-    """Per-response token mean of the KL estimate (the D_KL term of Eq. 6), no gradient. Returns ``(B,)``.
-
-    ``per_response_pg_loss + beta_kl * per_response_kl`` is the paper's full Eq. 6 signal.
-    """
-    _check_2d("mask", mask, logp)
-    return _token_mean_per_row(kl_penalty(logp, ref_logp, estimator), mask)
 
 
 @dataclass(frozen=True)

@@ -237,6 +237,36 @@ class ModelSpec:
         return DTYPES[self.dtype]
 
 
+DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
+
+
+def resolve_device(setting: str | torch.device) -> torch.device:
+    """The torch device of a ``device`` setting: ``auto`` (CUDA when present, else CPU) | ``cpu`` | ``cuda`` | ``cuda:N``.
+
+    A malformed setting, or CUDA asked for where there is none, is a one-line ``ValueError`` naming ``device``
+    (a ``TypeError`` for a non-string).
+    """
+    if isinstance(setting, torch.device):
+        setting = str(setting)
+    if not isinstance(setting, str):
+        raise TypeError(f"device must be one of {DEVICE_CHOICES}, got {setting!r}")
+    s = setting.strip().lower()
+    if s == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if s == "cpu":
+        return torch.device("cpu")
+    kind, colon, index = s.partition(":")
+    if kind != "cuda" or (colon and not index.isdigit()):
+        raise ValueError(f"device must be one of {DEVICE_CHOICES}, got {setting}")
+    if not torch.cuda.is_available():
+        raise ValueError(f"device asks for CUDA but torch.cuda.is_available() is False (torch {torch.__version__}); "
+                         f"use device=auto or device=cpu, got {setting}")
+    if index and int(index) >= torch.cuda.device_count():
+        raise ValueError(f"device names a CUDA device that does not exist ({torch.cuda.device_count()} present), "
+                         f"got {setting}")
+    return torch.device(s)
+
+
 def resolve_path(name_or_path: str) -> str:
     """``"tiny"`` → the shipped checkpoint directory; anything else unchanged (hub id or local path)."""
     return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
@@ -275,13 +305,16 @@ def load_tokenizer(spec: ModelSpec):
 
 
 def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None):
-    """Load ``(model, tokenizer)`` for any causal LM; left padding and a pad token are guaranteed.
+    """Load ``(model, tokenizer)`` for any causal LM on ``device``; left padding and a pad token are guaranteed.
 
-    Raises ``ModelUnavailableError`` (an ``OSError``) naming the model when its files cannot be had.
+    ``device`` is a setting as :func:`resolve_device` takes it (``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``) or a
+    ``torch.device``; it is checked before any weights load. Raises ``ModelUnavailableError`` (an ``OSError``)
+    naming the model when its files cannot be had.
     """
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     from transformers import AutoModelForCausalLM
 
+    target = resolve_device(device)
     tokenizer = load_tokenizer(spec) if tokenizer is None else tokenizer
     path = resolve_path(spec.name_or_path)
     try:
@@ -294,7 +327,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config.eos_token_id is None:
         model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model.to(device).eval(), tokenizer
+    return model.to(target).eval(), tokenizer
 
 
 def format_prompt(tokenizer, prompt: str, use_chat_template: bool) -> str:

@@ -8,10 +8,12 @@ the levels present in the pool, then a prompt uniformly within that level (with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+
+from gdro.interfaces import BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 
 class OracleLevelSampler:
@@ -22,23 +24,21 @@ class OracleLevelSampler:
         self._levels: np.ndarray = np.zeros(0, dtype=np.int64)
         self._drawn = np.zeros(0, dtype=np.int64)
 
-    def bind(self, num_prompts: int, num_bins: int | None = None, labels: Sequence[str] | None = None) -> None:
-        if num_prompts < 1:
-            raise ValueError(f"num_prompts must be >= 1, got {num_prompts}")
-        self._n = num_prompts
+    reads_labels = True  # the one component given the generator's labels (PromptPool.levels)
 
-    def bind_levels(self, levels: Sequence[int]) -> None:
-        """The generator level of every prompt in the pool (the label the controllers never read)."""
-        lv = np.asarray(levels, dtype=np.int64)
-        if len(lv) != self._n:
-            raise ValueError(f"levels has {len(lv)} entries for a pool of {self._n} prompts")
+    def bind(self, pool: PromptPool, bins: BinSpec | None = None) -> None:
+        """The pool with the generator level of every prompt (the label the controllers never read)."""
+        if pool.levels is None:
+            raise ValueError("OracleLevelSampler needs the pool's levels (PromptPool.levels)")
+        lv = np.asarray(pool.levels, dtype=np.int64)
         self._levels = np.unique(lv)
         self._members = [np.flatnonzero(lv == v) for v in self._levels]
         self._drawn = np.zeros(len(self._levels), dtype=np.int64)
 
-    def sample(self, count: int, rng: np.random.Generator, classifier: Any = None) -> np.ndarray:
+    def sample(self, count: int, rng: np.random.Generator, classifier: DifficultyClassifier | None = None
+               ) -> np.ndarray:
         if not self._members:
-            raise RuntimeError("OracleLevelSampler.bind_levels(levels) must be called before sample()")
+            raise RuntimeError("OracleLevelSampler.bind(pool) must be called before sample()")
         which = rng.integers(0, len(self._members), size=count)
         self._last_levels = which
         np.add.at(self._drawn, which, 1)
@@ -47,7 +47,7 @@ class OracleLevelSampler:
     def loss_weights(self, bins: np.ndarray | None, group_index: np.ndarray) -> np.ndarray:
         return np.ones(len(group_index), dtype=np.float64)
 
-    def update(self, **_: Any) -> None:
+    def update(self, feedback: StepFeedback) -> None:
         """The oracle does not adapt."""
 
     def metrics(self) -> dict[str, float]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.loss import LossConfig, grpo_loss, per_response_kl, per_response_pg_loss
+from gdro.loss import LossConfig, grpo_loss, per_response_mean
 from gdro.rollout.base import RolloutBatch
 
 
@@ -26,11 +26,11 @@ class OptimConfig:
     beta1: float = 0.9
     beta2: float = 0.999
     eps: float = 1e-8
-    warmup_steps: int = 0
+    warmup_steps: int = 10
     grad_clip: float = 1.0  # max global grad norm; 0 disables clipping
     ppo_epochs: int = 1
     mini_batches: int = 1  # optimiser steps per epoch; rollouts are split into this many mini-batches
-    micro_batch_size: int = 64  # rollouts per forward/backward (gradient accumulation)
+    micro_batch_size: int = 128  # rollouts per forward/backward (gradient accumulation)
     skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
 
     def __post_init__(self) -> None:
@@ -59,6 +59,15 @@ class OptimConfig:
         return opt, sched
 
 
+@dataclass(frozen=True)
+class ResponseLosses:
+    """Per-response token means ``(N,)`` from the first epoch: clipped PG loss (with the advantages the update
+    used) and KL to π_ref (zeros without a reference)."""
+
+    pg: np.ndarray
+    kl: np.ndarray
+
+
 @dataclass
 class TokenBatch:
     """Padded tensors for a set of rollout rows: prompt left-padded, completion right-padded."""
@@ -71,7 +80,9 @@ class TokenBatch:
     prompt_width: int
 
 
-def make_token_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int) -> TokenBatch:
+def make_token_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
+                     device: torch.device | str | None = None) -> TokenBatch:
+    """The rows' token tensors, built on the CPU and moved to ``device`` (the model's; None = stay on the CPU)."""
     prompts = [roll.prompt_token_ids[roll.group_index[i]] for i in rows]
     comps = [roll.completion_ids[i] for i in rows]
     p_w, c_w = max(len(p) for p in prompts), max(max(len(c) for c in comps), 1)
@@ -82,31 +93,38 @@ def make_token_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int) -> To
         ids[j, p_w - len(p) : p_w] = torch.tensor(p, dtype=torch.long)
         ids[j, p_w : p_w + len(c)] = torch.tensor(c, dtype=torch.long)
         att[j, p_w - len(p) : p_w + len(c)] = 1
+    ids, att = ids.to(device), att.to(device)
     pos = (att.cumsum(-1) - 1).clamp(min=0)
     return TokenBatch(ids, att, pos, ids[:, p_w:], att[:, p_w:].float(), p_w)
 
 
 def completion_logprobs(model, tb: TokenBatch, temperature: float) -> torch.Tensor:
-    """log π(y_t | x, y_<t) of each completion token at the sampling temperature, (B, L)."""
-    out = model(input_ids=tb.input_ids, attention_mask=tb.attention_mask, position_ids=tb.position_ids)
+    """log π(y_t | x, y_<t) of each completion token at the sampling temperature, (B, L), on the model's device.
+
+    ``tb`` should already be there (``make_token_batch(..., device=...)``); a batch elsewhere is copied over.
+    """
+    dev = next(model.parameters()).device
+    out = model(input_ids=tb.input_ids.to(dev), attention_mask=tb.attention_mask.to(dev),
+                position_ids=tb.position_ids.to(dev))
     logits = out.logits[:, tb.prompt_width - 1 : -1].float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, tb.completion.unsqueeze(-1)).squeeze(-1)
+    return torch.log_softmax(logits, dim=-1).gather(-1, tb.completion.to(dev).unsqueeze(-1)).squeeze(-1)
 
 
 def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float) -> list[torch.Tensor]:
-    """Per-row log-probs (unpadded 1-D tensors) without gradient, in micro-batches."""
+    """Per-row log-probs (unpadded 1-D tensors on the model's device) without gradient, in micro-batches."""
     out: list[torch.Tensor] = []
+    device = next(model.parameters()).device
     with torch.no_grad():
         for s in range(0, len(rows), micro):
             part = rows[s : s + micro]
-            tb = make_token_batch(roll, part, pad_id)
+            tb = make_token_batch(roll, part, pad_id, device=device)
             lp = completion_logprobs(model, tb, temp)
             out += [lp[j, : len(roll.completion_ids[i])] for j, i in enumerate(part)]
     return out
 
 
 def _stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
-    buf = torch.zeros(len(rows), width)
+    buf = torch.zeros(len(rows), width, device=rows[0].device if rows else None)  # where the rows are
     for j, r in enumerate(rows):
         buf[j, : len(r)] = r
     return buf
@@ -125,17 +143,16 @@ def ppo_update(
     pad_id: int,
     rng: np.random.Generator,
     ref_model=None,
-    adv_signal: torch.Tensor | None = None,
-) -> tuple[dict[str, float | None], dict[str, np.ndarray]]:
-    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and signals.
+) -> tuple[dict[str, float | None], ResponseLosses]:
+    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and per-response losses.
 
     With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the
     old log-probs are the current ones (detached): no extra forward pass.
 
-    Signals (per rollout, from the first epoch, no gradient) for the controllers: ``pg_loss`` — the
-    per-response token mean of the clipped PG loss with the *unweighted* advantages ``adv_signal``
-    (the official code's signal; Eq. 6 without KL) — and ``kl`` — the per-response KL to π_ref (0
-    without a reference). Rows skipped as zero-advantage have ``pg_loss`` exactly 0.
+    The per-response losses (from the first epoch) are reductions of the per-token terms the loss itself
+    computed (``grpo_loss``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the clipped PG
+    loss with the advantages ``adv`` as given — and ``kl`` — the token mean of the KL to π_ref (0 without a
+    reference). Rows skipped as zero-advantage have ``pg`` exactly 0.
     """
     n = len(roll)
     lengths = roll.lengths
@@ -148,11 +165,11 @@ def ppo_update(
             raise ValueError("loss.beta_kl > 0 needs a reference model")
         ref = logprobs_no_grad(ref_model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
-    adv_signal = adv if adv_signal is None else adv_signal
     sig_pg = np.zeros(n, dtype=np.float64)
     sig_kl = np.zeros(n, dtype=np.float64)
     totals: dict[str, float] = {}
     grad_norms = []
+    device = next(model.parameters()).device
     model.train()
     for epoch in range(optim_cfg.ppo_epochs):
         order = all_rows if single_step else rng.permutation(n)
@@ -166,28 +183,23 @@ def ppo_update(
             optimizer.zero_grad(set_to_none=True)
             for s in range(0, len(rows), optim_cfg.micro_batch_size):
                 part = rows[s : s + optim_cfg.micro_batch_size]
-                tb = make_token_batch(roll, part, pad_id)
+                tb = make_token_batch(roll, part, pad_id, device=device)
                 logp = completion_logprobs(model, tb, temperature)
                 width = logp.shape[1]
                 old_lp = logp.detach() if old is None else _stack([old[i] for i in part], width)
                 ref_lp = None if ref is None else _stack([ref[i] for i in part], width)
-                loss, stats = grpo_loss(
-                    logp, old_lp, adv[part].to(logp.dtype), tb.mask,
+                loss, stats, terms = grpo_loss(
+                    logp, old_lp, adv[part].to(logp.device, logp.dtype), tb.mask,
                     clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, beta_kl=loss_cfg.beta_kl,
                     ref_logp=ref_lp, kl_estimator=loss_cfg.kl_estimator, agg=loss_cfg.agg,
                     denom=n_tok if loss_cfg.agg == "token-mean" else n_seq, token_denom=n_tok,
                     clip_ratio_c=loss_cfg.clip_ratio_c,
                 )
                 loss.backward()
-                if epoch == 0:
-                    with torch.no_grad():
-                        lp_d = logp.detach()
-                        sig_pg[part] = per_response_pg_loss(
-                            lp_d, old_lp, adv_signal[part].to(lp_d.dtype), tb.mask, loss_cfg.clip_low,
-                            loss_cfg.clip_high, clip_ratio_c=loss_cfg.clip_ratio_c,
-                        ).double().numpy()
-                        if ref_lp is not None:
-                            sig_kl[part] = per_response_kl(lp_d, ref_lp, tb.mask, loss_cfg.kl_estimator).double().numpy()
+                if epoch == 0:  # the controllers' per-response losses: reductions of the loss's own terms
+                    sig_pg[part] = per_response_mean(terms.pg, tb.mask).double().cpu().numpy()
+                    if terms.kl is not None:
+                        sig_kl[part] = per_response_mean(terms.kl, tb.mask).double().cpu().numpy()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                 totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())
@@ -203,4 +215,4 @@ def ppo_update(
     out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["train/lr"] = float(scheduler.get_last_lr()[0])
     out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
-    return out, {"pg_loss": sig_pg, "kl": sig_kl}
+    return out, ResponseLosses(pg=sig_pg, kl=sig_kl)

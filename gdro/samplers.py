@@ -3,12 +3,12 @@
 ``UniformSampler`` is GRPO's data loader: shuffled epochs without replacement. ``PromptGDRO`` is the
 paper's data adversary (§3.2, Eq. 12–16): an exponential-weights distribution over difficulty bins,
 applied either as per-rollout advantage multipliers (``reweight``, the paper's mode) or by drawing
-prompts from the bins (``resample``). Shared interface, as the trainer calls it each step::
+prompts from the bins (``resample``). The contract is ``gdro.interfaces.PromptSampler``; the trainer calls::
 
-    sampler.bind(num_prompts)                                             # once; bins come from the classifier
+    sampler.bind(pool, classifier.bin_spec())                            # once: the pool's uids, the bins
     ids = sampler.sample(count, rng, classifier)
     w   = sampler.loss_weights(bins, group_index)                         # (N,) advantage multipliers
-    sampler.update(bins=bins, group_index=group_index, signals={...}, correct=correct)
+    sampler.update(feedback)                                              # gdro.interfaces.StepFeedback
     sampler.metrics(); sampler.state_dict(); sampler.load_state_dict(state)
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from gdro.bandit import bin_means, ema, exp_weights, mixed_distribution
+from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 MODES = ("reweight", "resample")
 WEIGHT_NORMS = ("batch_mean", "raw")
-SIGNALS = ("pg_loss", "pg_kl", "failure_rate")
 ACTIVE_SETS = ("present", "all")
 
 
@@ -37,8 +37,13 @@ class UniformSampler:
         self._pos = 0
         self.epoch = 0
 
-    def bind(self, num_prompts: int, num_bins: int | None = None, labels: Sequence[str] | None = None) -> None:
-        """Attach to a prompt pool of ``num_prompts`` items (before the first ``sample``); bins are unused."""
+    reads_labels = False
+
+    def bind(self, pool: PromptPool, bins: BinSpec | None = None) -> None:
+        """Attach to a prompt pool (before the first ``sample``); bins are unused."""
+        self._attach(len(pool))
+
+    def _attach(self, num_prompts: int) -> None:
         if num_prompts < 1:
             raise ValueError(f"num_prompts must be >= 1 (the training split is empty), got {num_prompts}")
         self.num_prompts = num_prompts
@@ -46,7 +51,8 @@ class UniformSampler:
         self._pos = 0
         self.epoch = 0
 
-    def sample(self, count: int, rng: np.random.Generator, classifier: Any = None) -> np.ndarray:
+    def sample(self, count: int, rng: np.random.Generator, classifier: DifficultyClassifier | None = None
+               ) -> np.ndarray:
         """``count`` prompt indices; an epoch boundary inside a step starts the next permutation."""
         if self.num_prompts == 0:
             raise RuntimeError("bind(num_prompts) must be called before sample()")
@@ -65,7 +71,7 @@ class UniformSampler:
         """Per-rollout multipliers on the advantages: all ones for plain GRPO."""
         return np.ones(len(group_index), dtype=np.float64)
 
-    def update(self, **_: Any) -> None:
+    def update(self, feedback: StepFeedback) -> None:
         """Uniform sampling does not adapt."""
 
     def metrics(self) -> dict[str, float]:
@@ -102,8 +108,8 @@ class PromptGDRO:
       *re-introduces* an inverse-frequency bias (a rare bin's score is inflated by 1/q̂, and for signed,
       near-zero signals its noise is amplified). Off by default; on to reproduce the code.
 
-    ``signal`` names the per-rollout entry of ``update(signals=...)`` that feeds Eq. 13 (the trainer computes
-    ``pg_loss``: the code's clipped-PG-only loss; ``pg_kl``: Eq. 6 with the KL term; ``failure_rate``).
+    ``signal`` names the per-rollout ``StepFeedback.signal`` that feeds Eq. 13 (``pg_loss``: the code's
+    clipped-PG-only loss; ``pg_kl``: Eq. 6 with the KL term; ``failure_rate``).
     ``mode="resample"`` draws each slot's bin from q over the non-empty bins, then a prompt uniformly inside
     it (with replacement across slots), and leaves all advantage multipliers at 1.
     """
@@ -119,7 +125,7 @@ class PromptGDRO:
         weight_cap: float = 15.0,
         mode: str = "reweight",
         weight_norm: str = "batch_mean",
-        signal: str = "pg_loss",
+        signal: str = "failure_rate",
         active: str = "present",
     ):
         if not eta > 0:
@@ -151,39 +157,23 @@ class PromptGDRO:
         self._scores, self._initialized = np.zeros(num_bins), np.zeros(num_bins, dtype=bool)
         self._last: dict[str, Any] = {}  # this step's q, share, pass rate, max multiplier: for metrics()
 
-    def bind(self, num_prompts: int, num_bins: int | None = None, labels: Sequence[str] | None = None) -> None:
-        """Attach to a pool of ``num_prompts`` prompts and clear all scores.
+    reads_labels = False
 
-        The bins (0 = hardest) are sized from the classifier passed to the first ``sample``; passing
-        ``num_bins`` (and optional metric ``labels``, default ``"0".."B-1"``) sizes them now instead.
-        """
-        self._uniform.bind(num_prompts)
-        if num_bins is not None and num_bins < 1:
-            raise ValueError(f"num_bins must be >= 1, got {num_bins}")
-        self._size(num_bins or 0, labels if num_bins else None, num_bins or 0)
-
-    def _attach(self, classifier: Any) -> None:
-        """Size the bins from the classifier on first use (its ``bin_labels()`` and ``num_pass_bins`` if any)."""
-        k = int(classifier.num_bins)
-        if k < 1:
-            raise ValueError(f"classifier.num_bins must be >= 1, got {k}")
-        if self.num_bins == 0:
-            labels = classifier.bin_labels() if hasattr(classifier, "bin_labels") else None
-            self._size(k, labels, int(getattr(classifier, "num_pass_bins", k)))
-        elif k != self.num_bins:
-            raise ValueError(f"classifier.num_bins={k} does not match the sampler's num_bins={self.num_bins}")
+    def bind(self, pool: PromptPool, bins: BinSpec) -> None:
+        """Attach to a prompt pool and the classifier's bins (0 = hardest), and clear all scores."""
+        self._uniform.bind(pool)
+        self._size(bins.num_bins, bins.labels, bins.num_pass_bins)
 
     def weights(self) -> np.ndarray:
         """Current q_t over all B bins (Eq. 15 with K = B): on the simplex, every entry ≥ γ/B."""
         self._require_bound()
         return mixed_distribution(self._scores, self.eta, self.gamma, self.clip)
 
-    def sample(self, count: int, rng: np.random.Generator, classifier: Any = None) -> np.ndarray:
+    def sample(self, count: int, rng: np.random.Generator, classifier: DifficultyClassifier | None = None
+               ) -> np.ndarray:
         """``count`` prompt ids: a shuffled epoch (``reweight``) or draws from q_t over bins (``resample``)."""
         if self._uniform.num_prompts == 0:
-            raise RuntimeError("bind(num_prompts) must be called before sample()")
-        if classifier is not None:
-            self._attach(classifier)
+            raise RuntimeError("bind(pool, bins) must be called before sample()")
         if self.mode == "reweight":
             return self._uniform.sample(count, rng)
         if classifier is None:
@@ -225,28 +215,15 @@ class PromptGDRO:
         self._last["multiplier_max"] = float(w.max()) if w.size else 1.0
         return w
 
-    def update(
-        self,
-        *,
-        bins: np.ndarray,
-        group_index: np.ndarray,
-        signals: Mapping[str, np.ndarray],
-        correct: np.ndarray,
-        **_: Any,
-    ) -> None:
+    def update(self, feedback: StepFeedback) -> None:
         """Observe a step: bin-mean signal (Eq. 13), optional share normalisation, EMA (Eq. 12).
 
-        Per-prompt signal = mean over its rollouts of ``signals[self.signal]``; prompts without rollouts are
-        skipped. Other keyword arguments the trainer passes to every sampler are ignored.
+        Per-prompt signal = mean over its rollouts of ``feedback.signal(self.signal)``; prompts without rollouts
+        are skipped.
         """
-        bins, group_index = self._check_batch(bins, group_index)
-        if self.signal not in signals:
-            raise ValueError(f"signals has no entry for signal={self.signal!r}; got keys {sorted(signals)}")
-        sig = np.asarray(signals[self.signal], dtype=np.float64)
-        correct = np.asarray(correct, dtype=np.float64)
-        if sig.shape != group_index.shape or correct.shape != group_index.shape:
-            raise ValueError(f"signals[{self.signal!r}] and correct must have shape {group_index.shape}, "
-                             f"got {sig.shape} and {correct.shape}")
+        bins, group_index = self._check_batch(feedback.bins, feedback.group_index)
+        sig = feedback.signal(self.signal)
+        correct = feedback.correct.astype(np.float64)
         n_rows = np.bincount(group_index, minlength=len(bins))
         per_prompt = np.bincount(group_index, weights=sig, minlength=len(bins)) / np.maximum(n_rows, 1)
         has = n_rows > 0
@@ -304,7 +281,7 @@ class PromptGDRO:
 
     def _require_bound(self) -> None:
         if self.num_bins == 0:
-            raise RuntimeError("PromptGDRO has no bins yet: call bind(), then sample(..., classifier) first")
+            raise RuntimeError("PromptGDRO has no bins yet: call bind(pool, classifier.bin_spec()) first")
 
     def _check_bins(self, bins: np.ndarray) -> np.ndarray:
         if bins.size and (bins.min() < 0 or bins.max() >= self.num_bins):

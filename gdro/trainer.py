@@ -15,7 +15,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -30,11 +31,24 @@ from gdro.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from gdro.data.synthetic import Problem
 from gdro.evaluation import EvalConfig, evaluate
+from gdro.interfaces import (
+    DifficultyClassifier,
+    MetricLogger,
+    PromptPool,
+    PromptSampler,
+    Reward,
+    RolloutAllocator,
+    StepFeedback,
+)
 from gdro.loss import LossConfig
 from gdro.policy import OptimConfig, ppo_update
 from gdro.rollout.base import Generator, SamplingParams
 from gdro.tracking import RunRecord
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 log = logging.getLogger(__name__)
 
@@ -44,10 +58,11 @@ class RunConfig:
     """Top-level run settings (conf/train.yaml)."""
 
     seed: int = 0
-    steps: int = 100
+    steps: int = 150
     prompts_per_step: int = 32
     rollouts_per_prompt: int = 8  # n̄: the mean rollout budget per prompt
     threads: int | None = None  # torch intra-op threads (None = torch's default)
+    device: str = "auto"  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N: model, reference, engine, batches
     save_final: bool = True  # save the final policy to <run_dir>/checkpoint
     progress: bool = True
     resume: bool = True  # resume from the run dir's latest checkpoint; False refuses a dir that holds one
@@ -65,6 +80,10 @@ class RunConfig:
             raise ValueError(f"rollouts_per_prompt must be >= 1, got {self.rollouts_per_prompt}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
+        # a bad or unavailable device fails here, before any model loads
+        from gdro.models import resolve_device
+
+        resolve_device(self.device)
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -88,7 +107,7 @@ class StopRequest:
     def requested(self) -> bool:
         return self.signum is not None
 
-    def _handle(self, signum: int, frame: Any) -> None:
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum == signal.SIGINT and signum == signal.SIGINT:
             raise KeyboardInterrupt
         self.signum = signum
@@ -121,19 +140,19 @@ class Interrupted(Exception):
 class Trainer:
     run: RunConfig
     policy: torch.nn.Module
-    tokenizer: Any
+    tokenizer: PreTrainedTokenizerBase
     engine: Generator
-    reward: Any
-    sampler: Any
-    allocator: Any
-    classifier: Any
-    train_problems: Sequence
-    test_problems: Sequence
+    reward: Reward
+    sampler: PromptSampler
+    allocator: RolloutAllocator
+    classifier: DifficultyClassifier
+    train_problems: Sequence[Problem]
+    test_problems: Sequence[Problem]
     loss_cfg: LossConfig
     optim_cfg: OptimConfig
     eval_cfg: EvalConfig
     train_sampling: SamplingParams
-    logger: Any
+    logger: MetricLogger
     run_dir: Path
     ref_model: torch.nn.Module | None = None
     ckpt_cfg: CheckpointConfig = field(default_factory=CheckpointConfig)
@@ -173,11 +192,12 @@ class Trainer:
         rng_sampler, rng_update = rngs["sampler"], rngs["update"]
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         pad_id = self.engine.pad_id
-        self.sampler.bind(len(self.train_problems))
-        if hasattr(self.sampler, "bind_levels"):  # the oracle control only: it reads the generator's labels
-            self.sampler.bind_levels([p.level for p in self.train_problems])
-        self.classifier.bind([p.uid for p in self.train_problems])
-        self.allocator.bind_labels(self.classifier.bin_labels())
+        # what each controller may see of the pool: uids; the generator's labels only for the oracle control
+        uids = tuple(p.uid for p in self.train_problems)
+        self.classifier.bind(PromptPool(uids))
+        levels = tuple(p.level for p in self.train_problems) if self.sampler.reads_labels else None
+        self.sampler.bind(PromptPool(uids, levels), self.classifier.bin_spec())
+        self.allocator.bind(self.classifier.bin_spec())
         max_new = self.train_sampling.max_new_tokens
         start = 0
         if self.resume_from is not None:
@@ -196,7 +216,7 @@ class Trainer:
             # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
             ids = self.sampler.sample(run.prompts_per_step, rng_sampler, self.classifier)
             bins = self.classifier.bins(ids)
-            n = self.allocator.allocate(len(ids), bins)
+            n = self.allocator.allocate(bins, budget=len(ids) * run.rollouts_per_prompt)
             probs = [self.train_problems[i] for i in ids]
             # 2. sample from the current policy
             roll = self.engine.generate(
@@ -205,7 +225,6 @@ class Trainer:
             t_gen = time.perf_counter() - t0
             # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
             scored = self.reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
-            n_correct = np.bincount(roll.group_index, weights=scored.correct.astype(np.float64), minlength=len(ids))
             rewards = torch.as_tensor(scored.rewards, dtype=torch.float32)
             gidx = torch.as_tensor(roll.group_index)
             adv = group_advantages(
@@ -217,22 +236,25 @@ class Trainer:
             mult = self.sampler.loss_weights(bins, roll.group_index)
             t_ctrl = time.perf_counter() - tc
             t1 = time.perf_counter()
-            stats, signals = ppo_update(
+            stats, losses = ppo_update(
                 self.policy, optimizer, scheduler, roll, adv * torch.as_tensor(mult, dtype=adv.dtype),
                 self.loss_cfg, self.optim_cfg, temperature=self.train_sampling.temperature, pad_id=pad_id,
-                rng=rng_update, ref_model=self.ref_model, adv_signal=adv,
+                rng=rng_update, ref_model=self.ref_model,
             )
             t_upd = time.perf_counter() - t1
-            # 5. controllers observe the step (signals: Eq. 6 with and without KL, and the failure rate)
+            # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
+            #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal
             tc = time.perf_counter()
-            signals["pg_kl"] = signals["pg_loss"] + self.loss_cfg.beta_kl * signals["kl"]
-            signals["failure_rate"] = 1.0 - scored.correct.astype(np.float64)
-            self.sampler.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct)
-            self.allocator.update(bins=bins, group_index=roll.group_index, signals=signals, correct=scored.correct, n=n)
-            self.classifier.update(ids, n_correct.astype(np.int64), np.asarray(n, dtype=np.int64))
+            feedback = StepFeedback(
+                ids=ids, bins=bins, n=n, group_index=roll.group_index, correct=scored.correct,
+                pg_loss=losses.pg / mult, kl=losses.kl, beta_kl=self.loss_cfg.beta_kl,
+            )
+            self.sampler.update(feedback)
+            self.allocator.update(feedback)
+            self.classifier.update(feedback)
             t_ctrl += time.perf_counter() - tc
             self.engine.sync_weights(self.policy)
-            row = {"step": step, **stats, **self._rollout_metrics(roll, scored, n_correct, adv, max_new)}
+            row = {"step": step, **stats, **self._rollout_metrics(roll, scored, feedback.n_correct, adv, max_new)}
             row.update(self.reward.metrics(scored))
             row.update(self.sampler.metrics())
             row.update(self.allocator.metrics())

@@ -3,8 +3,8 @@
     python scripts/eval_noise.py --checkpoints tiny outputs/runs/<run>/checkpoint --seeds 0 1 2 3
 
 Prints mean@k / pass@k per seed and their spread (std over seeds). Any other training-config override
-can follow ``--`` (e.g. ``-- data.test_per_level=96``); the evaluation settings are those of the
-composed config (conf/eval/heldout.yaml) with only the seed changed.
+can follow ``--`` (e.g. ``-- data.test_per_level=96 device=cpu``); the evaluation settings are those of the
+composed config (conf/eval/heldout.yaml) with only the seed changed, on its ``device`` (auto: CUDA when present).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from hydra import compose, initialize_config_dir
 from gdro.build import build_components
 from gdro.evaluation import evaluate
 from gdro.models import load_model
-from gdro.rollout.hf import HFGenerator
+from gdro.rollout import make_engine
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 
@@ -43,9 +43,8 @@ def main() -> None:
     report = {}
     for ckpt in args.checkpoints:
         spec = dataclasses.replace(comp["model"], name_or_path=ckpt)
-        model, tok = load_model(spec)
-        engine = HFGenerator(model, tok, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
-                             batch_size=comp["rollout"].batch_size)
+        model, tok = load_model(spec, device=comp.run.device)
+        engine = make_engine(comp["rollout"], model, tok, spec)
         rows = []
         for seed in args.seeds:
             ecfg = dataclasses.replace(comp["eval"], seed=seed)

@@ -1,4 +1,9 @@
-"""Shared test setup: everything offline, a small thread count, helpers to compose configs."""
+"""Shared test setup: everything offline, a small thread count, helpers to compose configs, the ``slow`` marker.
+
+Tests marked ``@pytest.mark.slow`` (real ``gdro-train``/``gdro-eval`` subprocesses, the notebook) are skipped by a
+bare ``pytest``; ``--runslow`` runs them with the rest, ``-m slow`` runs only them (any ``-m`` expression decides
+for itself), and naming one by its test id (``file.py::test``) runs it. ``.ci/run`` runs both sets.
+"""
 
 from __future__ import annotations
 
@@ -22,13 +27,45 @@ CONF = REPO / "conf"
 torch.set_num_threads(min(2, os.cpu_count() or 1))
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--runslow", action="store_true", default=False,
+                     help="also run the tests marked slow (subprocess runs, the notebook)")
+
+
+def _named_ids(config: pytest.Config) -> list[str]:
+    """Test ids given on the command line (``path::name``), relative to the rootdir like ``item.nodeid``."""
+    ids = []
+    for arg in config.args:
+        if "::" not in arg:
+            continue
+        path, rest = arg.split("::", 1)
+        try:
+            path = Path(path).resolve().relative_to(config.rootpath).as_posix()
+        except ValueError:
+            pass
+        ids.append(f"{path}::{rest}")
+    return ids
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--runslow") or config.getoption("markexpr"):
+        return
+    named = _named_ids(config)
+    skip = pytest.mark.skip(reason="slow: run with --runslow, or -m slow for only these")
+    for item in items:
+        if "slow" in item.keywords and not any(item.nodeid.startswith(n) for n in named):
+            item.add_marker(skip)
+
+
 def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool = False):
     """The composed training config, as ``gdro-train`` would see it."""
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         return compose(config_name="train", overrides=overrides or [], return_hydra_config=return_hydra_config)
 
 
-# Small, fast settings for integration tests on the shipped tiny model.
+# Small, fast settings for integration tests on the shipped tiny model. No evaluation (each costs ~3 training
+# steps): a test that checks evaluation rows turns it on itself (eval.at_start / eval.every / eval.at_end), and
+# then gets a small one (k=4 on 24 problems).
 FAST = [
     "logger=jsonl",
     "steps=2",
@@ -36,7 +73,9 @@ FAST = [
     "rollouts_per_prompt=4",
     "save_final=false",
     "progress=false",
+    "eval.at_start=false",
     "eval.every=0",
+    "eval.at_end=false",
     "eval.k=4",
     "eval.max_problems=24",
     "data.train_size=400",

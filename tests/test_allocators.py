@@ -8,26 +8,45 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gdro.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.interfaces import BinSpec, StepFeedback
 
 
-def _step(alloc, bins: np.ndarray, correct_p: dict[int, float], rng: np.random.Generator, signal=None):
-    n = alloc.allocate(len(bins), bins)
+def feedback(ids: np.ndarray, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray,
+             pg_loss: np.ndarray | None = None) -> StepFeedback:
+    """A step's ``StepFeedback`` (rollouts per prompt counted from ``group_index``, no KL; pg_loss zero if not given)."""
+    group_index = np.asarray(group_index, dtype=np.int64)
+    rows = len(group_index)
+    return StepFeedback(ids=ids, bins=bins, n=np.bincount(group_index, minlength=len(bins)), group_index=group_index,
+                        correct=correct, pg_loss=np.zeros(rows) if pg_loss is None else pg_loss, kl=np.zeros(rows),
+                        beta_kl=0.0)
+
+
+def _step(alloc, bins: np.ndarray, n_bar: int, correct_p: dict[int, float], rng: np.random.Generator, signal=None):
+    """One step of ``len(bins)`` prompts under the budget ``n_bar × len(bins)``; returns the allocation.
+
+    The per-rollout loss is 1 − correct, or ``signal(group_index, bins)`` fed as ``pg_loss`` (then the allocator
+    must be built with ``signal="pg_loss"``); with the default it reaches the allocator under every signal name.
+    """
+    bins = np.asarray(bins, dtype=np.int64)
+    n = alloc.allocate(bins, n_bar * len(bins))
     group_index = np.repeat(np.arange(len(bins)), n)
     p = np.array([correct_p.get(int(b), 0.5) for b in bins])[group_index]
     correct = rng.random(len(group_index)) < p
     sig = (1.0 - correct) if signal is None else signal(group_index, bins)
-    alloc.update(bins=bins, group_index=group_index, signals={"failure_rate": sig, "pg_loss": sig, "pg_kl": sig},
-                 correct=correct, n=n)
+    fb = feedback(np.arange(len(bins)), bins, group_index, correct, pg_loss=sig)
+    if signal is None:
+        assert all(np.array_equal(fb.signal(name), sig) for name in ("failure_rate", "pg_loss", "pg_kl"))
+    alloc.update(fb)
     return n
 
 
 @given(st.lists(st.integers(0, 6), min_size=1, max_size=60), st.integers(2, 6), st.integers(0, 10_000))
 def test_rollout_gdro_meets_budget_exactly_within_bounds(bins, n_bar, seed):
     rng = np.random.default_rng(seed)
-    alloc = RolloutGDRO(n_bar=n_bar, n_min=2, n_max=3 * n_bar)
+    alloc = RolloutGDRO(n_min=2, n_max=3 * n_bar)
     bins = np.asarray(bins)
     for _ in range(4):  # scores move between steps; the budget must hold at every step
-        n = _step(alloc, bins, {b: rng.random() for b in range(7)}, rng)
+        n = _step(alloc, bins, n_bar, {b: rng.random() for b in range(7)}, rng)
         assert n.sum() == n_bar * len(bins)
         assert n.min() >= 2 and n.max() <= 3 * n_bar
         for b in np.unique(bins):  # one arm per bin: every prompt of a bin gets the same n
@@ -35,84 +54,87 @@ def test_rollout_gdro_meets_budget_exactly_within_bounds(bins, n_bar, seed):
 
 
 def test_equal_scores_give_n_bar_everywhere():
-    alloc = RolloutGDRO(n_bar=4, n_min=2, n_max=12)
+    alloc = RolloutGDRO(n_min=2, n_max=12)
     bins = np.array([0, 0, 1, 2, 2, 2, 9])
-    assert alloc.allocate(len(bins), bins).tolist() == [4] * 7
+    assert alloc.allocate(bins, 4 * len(bins)).tolist() == [4] * 7
 
 
 def test_mu_rises_when_consumption_exceeds_budget_and_falls_below():
-    alloc = RolloutGDRO(n_bar=4, n_min=2, n_max=12, alpha_mu=0.1)
+    alloc = RolloutGDRO(n_min=2, n_max=12, alpha_mu=0.1)
     bins = np.zeros(8, dtype=np.int64)
     rng = np.random.default_rng(0)
     # make the big arms attractive: the arm distribution then asks for more than n̄ (expected consumption)
     alloc.scores[0] = np.linspace(0.0, 20.0, len(alloc.arms))
     mu0 = alloc.mu
-    _step(alloc, bins, {0: 0.5}, rng)
+    _step(alloc, bins, 4, {0: 0.5}, rng)
     assert alloc.metrics()["gdro/consumption"] > 4 and alloc.mu > mu0
     alloc.scores[0] = np.linspace(20.0, 0.0, len(alloc.arms))
     mu1 = alloc.mu
-    _step(alloc, bins, {0: 0.5}, rng)
+    _step(alloc, bins, 4, {0: 0.5}, rng)
     assert alloc.metrics()["gdro/consumption"] < 4 and alloc.mu < mu1
 
 
 def test_realized_consumption_keeps_mu_inert_as_in_the_released_code():
-    alloc = RolloutGDRO(n_bar=4, consumption="realized")
+    alloc = RolloutGDRO(n_min=2, n_max=12, consumption="realized")
     alloc.scores[0] = np.linspace(0.0, 5.0, len(alloc.arms))
-    _step(alloc, np.zeros(8, dtype=np.int64), {0: 0.5}, np.random.default_rng(0))
+    _step(alloc, np.zeros(8, dtype=np.int64), 4, {0: 0.5}, np.random.default_rng(0))
     assert alloc.mu == 0.0
 
 
 @pytest.mark.parametrize("mode", ["official", "paper"])
 def test_arm_scores_follow_the_chosen_direction(mode):
     """official: arms that met high loss gain score (adversarial); paper: arms with low loss + μn gain."""
-    alloc = RolloutGDRO(n_bar=4, score_update=mode, alpha_mu=0.0)
+    alloc = RolloutGDRO(n_min=2, n_max=12, score_update=mode, alpha_mu=0.0, signal="pg_loss")
     bins = np.zeros(4, dtype=np.int64)
-    _step(alloc, bins, {0: 0.5}, np.random.default_rng(0), signal=lambda g, b: np.ones(len(g)))  # loss 1
+    _step(alloc, bins, 4, {0: 0.5}, np.random.default_rng(0), signal=lambda g, b: np.ones(len(g)))  # loss 1
     s = alloc.scores[0][4 - alloc.n_min]
     assert (s > 0) if mode == "official" else (s < 0)
 
 
 def test_sqrt_allocator_gives_more_rollouts_to_high_variance_bins_and_meets_budget():
-    alloc = SqrtAllocator(n_bar=8, n_min=2, n_max=24)
+    alloc = SqrtAllocator(n_min=2, n_max=24)
+    alloc.bind(BinSpec(("hard", "mid", "easy"), num_pass_bins=3))  # metric keys use the bins' labels
     rng = np.random.default_rng(1)
     bins = np.repeat(np.arange(3), [10, 10, 12])
     p = {0: 0.02, 1: 0.5, 2: 0.98}
     for _ in range(5):
-        n = _step(alloc, bins, p, rng)
+        n = _step(alloc, bins, 8, p, rng)
         assert n.sum() == 8 * len(bins) and n.min() >= 2 and n.max() <= 24
     m = alloc.metrics()
     assert m["gdro/wse"] <= m["gdro/wse_uniform"] + 1e-12
-    assert m["gdro/rollouts/1"] > m["gdro/rollouts/0"] and m["gdro/rollouts/1"] > m["gdro/rollouts/2"]
+    assert m["gdro/rollouts/mid"] > m["gdro/rollouts/hard"] and m["gdro/rollouts/mid"] > m["gdro/rollouts/easy"]
+    assert m["gdro/variance/mid"] > m["gdro/variance/hard"]
     assert abs(sum(v for k, v in m.items() if k.startswith("gdro/budget_share/")) - 1) < 1e-12
 
 
 def test_state_round_trip():
     rng = np.random.default_rng(2)
-    a = RolloutGDRO(n_bar=4)
+    a = RolloutGDRO(n_min=2, n_max=12)
     bins = rng.integers(0, 5, size=30)
     for _ in range(3):
-        _step(a, bins, {b: rng.random() for b in range(5)}, rng)
-    b = RolloutGDRO(n_bar=4)
+        _step(a, bins, 4, {b: rng.random() for b in range(5)}, rng)
+    b = RolloutGDRO(n_min=2, n_max=12)
     b.load_state_dict(a.state_dict())
-    assert b.mu == a.mu and np.array_equal(a.allocate(30, bins), b.allocate(30, bins))
-    s = SqrtAllocator(n_bar=4)
-    _step(s, bins, {0: 0.3}, rng)
-    t = SqrtAllocator(n_bar=4)
+    assert b.mu == a.mu and np.array_equal(a.allocate(bins, 4 * 30), b.allocate(bins, 4 * 30))
+    s = SqrtAllocator(n_min=2, n_max=12)
+    _step(s, bins, 4, {0: 0.3}, rng)
+    t = SqrtAllocator(n_min=2, n_max=12)
     t.load_state_dict(s.state_dict())
-    assert np.array_equal(s.allocate(30, bins), t.allocate(30, bins))
+    assert np.array_equal(s.allocate(bins, 4 * 30), t.allocate(bins, 4 * 30))
 
 
 @pytest.mark.parametrize(
     ("cls", "kwargs", "key"),
     [
-        (RolloutGDRO, {"n_bar": 1, "n_min": 2}, "n_bar"),
-        (RolloutGDRO, {"n_bar": 13, "n_max": 12}, "n_bar"),
-        (SqrtAllocator, {"n_bar": 30, "n_max": 24}, "n_bar"),
-        (RolloutGDRO, {"n_bar": 4, "eta": 0}, "eta"),
-        (RolloutGDRO, {"n_bar": 4, "gamma": 0}, "gamma"),
-        (RolloutGDRO, {"n_bar": 4, "score_update": "vibes"}, "score_update"),
-        (RolloutGDRO, {"n_bar": 4, "consumption": "x"}, "consumption"),
-        (FixedAllocator, {"n": 0}, "n"),
+        (RolloutGDRO, {"n_min": 0}, "n_min"),
+        (SqrtAllocator, {"n_min": 5, "n_max": 4}, "n_max"),
+        (RolloutGDRO, {"eta": 0}, "eta"),
+        (RolloutGDRO, {"gamma": 0}, "gamma"),
+        (RolloutGDRO, {"score_update": "vibes"}, "score_update"),
+        (RolloutGDRO, {"consumption": "x"}, "consumption"),
+        (RolloutGDRO, {"signal": "loss"}, "signal"),
+        (SqrtAllocator, {"beta_ema": 0}, "beta_ema"),
+        (SqrtAllocator, {"v_prior": 0.3}, "v_prior"),
     ],
 )
 def test_bad_values_name_the_key(cls, kwargs, key):
@@ -120,14 +142,68 @@ def test_bad_values_name_the_key(cls, kwargs, key):
         cls(**kwargs)
 
 
+# The mean budget n̄ is no constructor argument any more: it is budget / #prompts of each step, checked before a run
+# (check_budget) and again by every allocate().
+@pytest.mark.parametrize(
+    ("make", "n_bar", "match"),
+    [
+        (lambda: RolloutGDRO(n_min=2), 1, "n_bar must be >= n_min"),
+        (lambda: RolloutGDRO(n_max=12), 13, "n_bar must be <= n_max"),
+        (lambda: SqrtAllocator(n_max=24), 30, "n_bar must be <= n_max"),
+        (lambda: SqrtAllocator(n_min=3), 2, "n_bar must be >= n_min"),
+        (FixedAllocator, 0, "mean budget must be >= 1"),
+    ],
+)
+def test_infeasible_mean_budget_is_refused(make, n_bar, match):
+    alloc = make()
+    with pytest.raises(ValueError, match=match):
+        alloc.check_budget(n_bar)
+    with pytest.raises(ValueError, match=match):
+        alloc.allocate(np.array([0, 1, 1]), budget=3 * n_bar)
+
+
+@pytest.mark.parametrize("make", [FixedAllocator, RolloutGDRO, SqrtAllocator])
+def test_budget_not_a_whole_number_per_prompt_or_no_prompts_is_refused(make):
+    alloc = make()
+    for n_bar in (2, 4, 12):
+        alloc.check_budget(n_bar)  # feasible: no error
+    with pytest.raises(ValueError, match="whole number"):
+        alloc.allocate(np.array([0, 1, 1]), budget=3 * 4 + 1)
+    with pytest.raises(ValueError, match="at least one prompt"):
+        alloc.allocate(np.zeros(0, dtype=np.int64), budget=8)
+
+
+@pytest.mark.parametrize("n_bar", [1, 4, 7])
+def test_fixed_allocator_gives_every_prompt_the_mean_budget(n_bar):
+    alloc = FixedAllocator()
+    alloc.bind(BinSpec(("0", "1", "unseen"), num_pass_bins=2))
+    bins = np.array([2, 0, 1, 1, 0])
+    n = alloc.allocate(bins, n_bar * len(bins))
+    assert n.dtype == np.int64 and n.tolist() == [n_bar] * 5
+    _step(alloc, bins, n_bar, {}, np.random.default_rng(0))
+    assert alloc.metrics() == {} and alloc.state_dict() == {}
+
+
 def test_lagrangian_moves_rollouts_to_high_loss_bins_under_the_budget():
     """Default update: the high-loss bin gets more than n̄, the low-loss bin fewer, every step meets the budget
     exactly, and the dual variable settles where the arm distributions ask for n̄ on average (Eq. 21)."""
-    alloc = RolloutGDRO(n_bar=8, n_min=2, n_max=24, alpha_mu=0.2)
+    alloc = RolloutGDRO(n_min=2, n_max=24, alpha_mu=0.2)
     bins = np.repeat([0, 1], [16, 16])
     rng = np.random.default_rng(0)
     for _ in range(60):
-        n = _step(alloc, bins, {0: 0.1, 1: 0.9}, rng)  # bin 0: failure ≈ 0.9, bin 1: failure ≈ 0.1
+        n = _step(alloc, bins, 8, {0: 0.1, 1: 0.9}, rng)  # bin 0: failure ≈ 0.9, bin 1: failure ≈ 0.1
         assert n.sum() == 8 * 32
     assert n[bins == 0][0] > 8 > n[bins == 1][0]
     assert abs(alloc.metrics()["gdro/consumption"] - 8) < 1.0 and alloc.mu > 0
+
+
+@pytest.mark.parametrize("make", [FixedAllocator, lambda: RolloutGDRO(n_min=2, n_max=12, alpha_mu=0.2), SqrtAllocator])
+def test_each_step_spends_its_own_budget(make):
+    """n̄ = budget / #prompts is passed with every call: a step with another budget (or prompt count) is met exactly."""
+    alloc, rng = make(), np.random.default_rng(3)
+    for g, n_bar in [(12, 4), (12, 8), (7, 2), (20, 6), (12, 4)]:
+        bins = rng.integers(0, 4, size=g)
+        n = _step(alloc, bins, n_bar, {0: 0.1, 1: 0.4, 2: 0.6, 3: 0.9}, rng)
+        assert n.sum() == n_bar * g and n.min() >= 1
+        if not isinstance(alloc, FixedAllocator):
+            assert alloc.n_bar == n_bar and n.min() >= alloc.n_min and n.max() <= alloc.n_max

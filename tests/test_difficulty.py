@@ -13,9 +13,15 @@ from hypothesis import strategies as st
 
 from gdro.bins import hysteresis_bins, make_edges, passk_from_window, raw_bins
 from gdro.difficulty import ROUND_DECIMALS, OnlineDifficultyClassifier
+from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.passk import pass_at_k
 
 PAPER = make_edges([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], None)
+
+
+def pool(*uids: str) -> PromptPool:
+    """The training pool as the classifier is bound to it (prompt id i = ``uids[i]``)."""
+    return PromptPool(tuple(uids))
 
 
 # ------------------------------------------------------------------ edges and raw bins
@@ -116,13 +122,13 @@ def test_passk_from_window_matches_passk_plugin_and_nan():
 
 def test_unbiased_passk_pools_rollouts_over_visits():
     clf = OnlineDifficultyClassifier(estimator="unbiased_passk", k=8, window=3)
-    clf.bind(["a"])
-    clf.update(np.array([0]), np.array([1]), np.array([4]))  # 4 < k rollouts: plug-in 1 - (3/4)^8
+    clf.bind(pool("a"))
+    clf.record(np.array([0]), np.array([1]), np.array([4]))  # 4 < k rollouts: plug-in 1 - (3/4)^8
     assert clf.passrate(np.array([0]))[0] == pytest.approx(1 - 0.75**8)
-    clf.update(np.array([0]), np.array([0]), np.array([3]))
-    clf.update(np.array([0]), np.array([2]), np.array([5]))  # pooled over the window: 3 of 12
+    clf.record(np.array([0]), np.array([0]), np.array([3]))
+    clf.record(np.array([0]), np.array([2]), np.array([5]))  # pooled over the window: 3 of 12
     assert clf.passrate(np.array([0]))[0] == pytest.approx(pass_at_k(12, 3, 8))
-    clf.update(np.array([0]), np.array([0]), np.array([6]))  # first visit leaves the window: 2 of 14
+    clf.record(np.array([0]), np.array([0]), np.array([6]))  # first visit leaves the window: 2 of 14
     assert clf.passrate(np.array([0]))[0] == pytest.approx(pass_at_k(14, 2, 8))
 
 
@@ -130,8 +136,8 @@ def test_estimate_exactly_on_an_edge_bins_up_despite_float_error():
     # unbiased pass@1 with 1 of 10 correct is exactly 0.1; the float product gives 0.09999999999999998
     assert passk_from_window(np.array([1]), np.array([10]), 1)[0] < 0.1
     clf = OnlineDifficultyClassifier(estimator="unbiased_passk", k=1)
-    clf.bind(["a"])
-    clf.update(np.array([0, 0]), np.array([1, 0]), np.array([5, 5]))
+    clf.bind(pool("a"))
+    clf.record(np.array([0, 0]), np.array([1, 0]), np.array([5, 5]))
     assert clf.passrate(np.array([0])).tolist() == [0.1] and clf.bins(np.array([0])).tolist() == [1]
 
 
@@ -208,7 +214,7 @@ def _make(cfg, uids):
         hysteresis=cfg["hysteresis"],
         unseen=cfg["unseen"],
     )
-    clf.bind(uids)
+    clf.bind(pool(*uids))
     return clf
 
 
@@ -236,7 +242,7 @@ def test_bins_match_slow_reference(steps_and_size, cfg):
         ids, correct, total = _arrays(step)
         before = clf.bins(ids)  # bins at step t: history up to t - 1 ...
         assert clf.all_bins().tolist() == ref.bins()
-        clf.update(ids, correct, total)
+        clf.record(ids, correct, total)
         if len(ids):
             assert np.array_equal(before, np.array(ref.bins())[ids])  # ... and unchanged by the read itself
         ref.update([(i, c, t) for i, (c, t) in step])
@@ -252,7 +258,7 @@ def test_state_round_trip_gives_identical_future_bins(steps_and_size, cfg, cut, 
     uids = [f"idx:{i}" for i in range(size)]
     a = _make(cfg, uids)
     for step in steps[:cut]:
-        a.update(*_arrays(step))
+        a.record(*_arrays(step))
     state = json.loads(json.dumps(a.state_dict()))  # JSON-friendly
     perm = list(range(size))
     rnd.shuffle(perm)  # the fresh classifier's pool holds the same uids in another order
@@ -262,39 +268,61 @@ def test_state_round_trip_gives_identical_future_bins(steps_and_size, cfg, cut, 
     for step in steps[cut:] + steps[:1]:
         ids, correct, total = _arrays(step)
         assert np.array_equal(a.bins(ids), b.bins(to_b[ids]))
-        a.update(ids, correct, total)
-        b.update(to_b[ids], correct, total)
+        a.record(ids, correct, total)
+        b.record(to_b[ids], correct, total)
     assert np.array_equal(a.all_bins(), b.all_bins()[to_b])
     assert np.allclose(a.passrate(np.arange(size)), b.passrate(to_b), equal_nan=True, rtol=0, atol=0)
 
 
 # ------------------------------------------------------------------ behaviour details
 def test_bins_read_does_not_see_the_current_step_until_update():
-    clf = OnlineDifficultyClassifier()
-    clf.bind(["a", "b"])
+    clf = OnlineDifficultyClassifier(unseen="hardest")  # never-seen prompts read as bin 0
+    clf.bind(pool("a", "b"))
     ids = np.array([0, 1])
     assert clf.bins(ids).tolist() == [0, 0]
     assert clf.bins(ids).tolist() == [0, 0]  # repeated reads: no change
-    clf.update(ids, np.array([4, 0]), np.array([4, 4]))
+    clf.record(ids, np.array([4, 0]), np.array([4, 4]))
     assert clf.bins(ids).tolist() == [9, 0]
 
 
 def test_repeated_id_in_one_call_is_processed_in_order():
     clf = OnlineDifficultyClassifier(window=1)
-    clf.bind(["a"])
-    clf.update(np.array([0, 0]), np.array([2, 0]), np.array([2, 3]))
+    clf.bind(pool("a"))
+    clf.record(np.array([0, 0]), np.array([2, 0]), np.array([2, 3]))
     assert clf.passrate(np.array([0])).tolist() == [0.0]  # the window of 1 holds the later visit
+
+
+def test_update_records_each_prompts_correct_rollouts_out_of_its_ragged_count():
+    """``update(feedback)`` is ``record(ids, n_correct, n)``: one visit per prompt of the step, ragged groups."""
+    kw = {"edges": [0.25, 0.5, 0.75], "window": 2, "estimator": "unbiased_passk", "k": 2}
+    a, b = OnlineDifficultyClassifier(**kw), OnlineDifficultyClassifier(**kw)
+    a.bind(pool("a", "b", "c", "d"))
+    b.bind(pool("a", "b", "c", "d"))
+    ids, n = np.array([2, 0, 3]), np.array([3, 1, 4])
+    group_index = np.repeat(np.arange(3), n)
+    correct = np.array([1, 0, 1, 1, 0, 0, 1, 1], bool)  # per prompt: 2 of 3, 1 of 1, 2 of 4
+    feedback = StepFeedback(ids=ids, bins=a.bins(ids), n=n, group_index=group_index, correct=correct,
+                            pg_loss=np.zeros(8), kl=np.zeros(8), beta_kl=0.0)
+    assert feedback.n_correct.tolist() == [2, 1, 2]
+    a.update(feedback)
+    b.record(ids, np.array([2, 1, 2]), n)
+    np.testing.assert_array_equal(a.all_bins(), b.all_bins())
+    np.testing.assert_array_equal(a.passrate(np.arange(4)), b.passrate(np.arange(4)))
+    assert a.passrate(np.array([2])).tolist() == [pytest.approx(pass_at_k(3, 2, 2))]
+    assert a.state_dict() == b.state_dict()
 
 
 def test_unseen_policies_and_labels():
     hard = OnlineDifficultyClassifier(unseen="hardest")
-    hard.bind(["a", "b", "c"])
+    hard.bind(pool("a", "b", "c"))
     assert hard.num_bins == 10 and hard.bin_labels()[-1] == "9"
+    assert hard.bin_spec() == BinSpec(tuple(str(b) for b in range(10)), num_pass_bins=10)
     assert hard.all_bins().tolist() == [0, 0, 0]
     sep = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
-    sep.bind(["a", "b", "c"])
+    sep.bind(pool("a", "b", "c"))
     assert sep.num_bins == 3 and sep.bin_labels() == ["0", "1", "unseen"]
-    sep.update(np.array([0, 1]), np.array([0, 3]), np.array([4, 4]))
+    assert sep.bin_spec() == BinSpec(("0", "1", "unseen"), num_pass_bins=2)  # the unseen bin is not pass-rate ordered
+    sep.record(np.array([0, 1]), np.array([0, 3]), np.array([4, 4]))
     assert sep.all_bins().tolist() == [0, 1, 2]
     assert math.isnan(sep.passrate(np.array([2]))[0])
     m = sep.metrics()
@@ -325,29 +353,29 @@ def test_constructor_validation_names_the_key(kwargs, key):
 def test_bind_update_and_load_validation_names_the_key():
     clf = OnlineDifficultyClassifier(window=2)
     with pytest.raises(ValueError, match="uids must be unique, got duplicate 'a'"):
-        clf.bind(["a", "b", "a"])
-    clf.bind(["a", "b"])
+        clf.bind(pool("a", "b", "a"))
+    clf.bind(pool("a", "b"))
     one = np.array([1])
     with pytest.raises(ValueError, match="ids must index"):
         clf.bins(np.array([2]))
     with pytest.raises(ValueError, match="total must be >= 1"):
-        clf.update(one, np.array([0]), np.array([0]))
+        clf.record(one, np.array([0]), np.array([0]))
     with pytest.raises(ValueError, match="correct must satisfy"):
-        clf.update(one, np.array([3]), np.array([2]))
+        clf.record(one, np.array([3]), np.array([2]))
     with pytest.raises(ValueError, match="correct must be integer-valued"):
-        clf.update(one, np.array([0.5]), np.array([2]))
+        clf.record(one, np.array([0.5]), np.array([2]))
     with pytest.raises(ValueError, match="correct and total must match ids"):
-        clf.update(one, np.array([1, 1]), np.array([2, 2]))
-    clf.update(one, np.array([1]), np.array([2]))
+        clf.record(one, np.array([1, 1]), np.array([2, 2]))
+    clf.record(one, np.array([1]), np.array([2]))
     other = OnlineDifficultyClassifier(window=3)
-    other.bind(["a", "b"])
+    other.bind(pool("a", "b"))
     with pytest.raises(ValueError, match="window of the state"):
         other.load_state_dict(clf.state_dict())
     coarse = OnlineDifficultyClassifier(edges=[0.5], window=2)
-    coarse.bind(["a", "b"])
+    coarse.bind(pool("a", "b"))
     with pytest.raises(ValueError, match="edges of the state"):
         coarse.load_state_dict(clf.state_dict())
     small = OnlineDifficultyClassifier(window=2)
-    small.bind(["a"])
+    small.bind(pool("a"))
     with pytest.raises(ValueError, match="uids of the state are missing.*'b'"):
         small.load_state_dict(clf.state_dict())

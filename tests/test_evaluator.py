@@ -125,6 +125,7 @@ def test_dapo_math_on_fixtures(tmp_path):
     assert isinstance(instantiate(cfg.data), DapoMath)
 
 
+@pytest.mark.slow
 def test_cli_cfg_job():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     res = subprocess.run([sys.executable, "-m", "gdro.evaluator", "--cfg", "job", "benchmarks=paper"],

@@ -74,7 +74,8 @@ CASES = [
     ("data.max_level=0", "data.max_level=0"),
     ("reward.correct=0 reward.incorrect=1", "reward.correct=0"),
     ("allocator=rollout-gdro rollouts_per_prompt=1", "rollouts_per_prompt"),
-    ("allocator=sqrt allocator.n_min=10", "allocator.n_bar"),
+    ("allocator=sqrt allocator.n_min=10", "n_min=10"),
+    ("allocator=rollout-gdro rollouts_per_prompt=30", "rollouts_per_prompt=30"),
     # options, targets and override syntax
     ("sampler=nope", "sampler=nope"),
     ("sampler._target_=nope.Nope", "sampler._target_"),
@@ -84,10 +85,6 @@ CASES = [
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
-
-
-def test_at_least_30_cases():
-    assert len(CASES) >= 30
 
 
 @pytest.mark.parametrize(("overrides", "named"), CASES, ids=[c[0] for c in CASES])
@@ -211,8 +208,8 @@ def test_type_rules(hint, good, bad):
 
 
 def test_interpolated_value_names_its_source():
-    with pytest.raises(ConfigError, match=r"allocator\.n_bar=30 \(from \$\{rollouts_per_prompt\}\): must be <= n_max"):
-        build_components(compose_cfg(["allocator=rollout-gdro", "rollouts_per_prompt=30"]))
+    with pytest.raises(ConfigError, match=r"^steps=0\.0001 \(from \$\{optim\.lr\}\): must be an integer"):
+        build_components(compose_cfg(["steps=${optim.lr}"]))
 
 
 def test_deleted_key_is_missing():
@@ -231,6 +228,7 @@ SUBPROCESS = [
 ]
 
 
+@pytest.mark.slow
 def test_console_script_exits_2_with_one_line(tmp_path: Path):
     procs = []
     for i, (override, _) in enumerate(SUBPROCESS):  # started together: each pays the interpreter start-up once

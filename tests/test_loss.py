@@ -19,8 +19,7 @@ from gdro.loss import (
     clipped_surrogate,
     grpo_loss,
     kl_penalty,
-    per_response_kl,
-    per_response_pg_loss,
+    per_response_mean,
 )
 from gdro.passk import mean_at_k, pass_at_k
 
@@ -49,7 +48,7 @@ def test_gradient_at_ratio_one_is_reinforce(agg: str) -> None:
     adv = torch.tensor([0.3, 1.5, -0.7, 0.0, -2.0], dtype=torch.float64)
     logits.requires_grad_(True)
     logp = _logp(logits, tokens)
-    loss, stats = grpo_loss(logp, logp.detach(), adv, mask, **CLIP, beta_kl=0.0, agg=agg)
+    loss, stats, _ = grpo_loss(logp, logp.detach(), adv, mask, **CLIP, beta_kl=0.0, agg=agg)
     loss.backward()
     # -sum_{b,t} w_bt A_b grad(logp_bt), grad_logits(logp) = onehot(y) - softmax, with the mode's weights w_bt
     lengths = mask.sum(-1)
@@ -138,7 +137,7 @@ def test_microbatch_accumulation_with_global_denom(agg: str) -> None:
     kw = {**CLIP, "beta_kl": 0.1, "agg": agg}
 
     full_logits = logits.clone().requires_grad_(True)
-    full_loss, full_stats = grpo_loss(_logp(full_logits, tokens), old, adv, mask, ref_logp=ref, **kw)
+    full_loss, full_stats, _ = grpo_loss(_logp(full_logits, tokens), old, adv, mask, ref_logp=ref, **kw)
     full_loss.backward()
     assert full_stats["clip_frac"].item() > 0
 
@@ -146,7 +145,7 @@ def test_microbatch_accumulation_with_global_denom(agg: str) -> None:
     acc_logits = logits.clone().requires_grad_(True)
     acc_loss, acc_stats = torch.zeros((), dtype=torch.float64), dict.fromkeys(full_stats, 0.0)
     for sl in (slice(0, 2), slice(2, 3), slice(3, 7)):
-        loss, stats = grpo_loss(
+        loss, stats, _ = grpo_loss(
             _logp(acc_logits[sl], tokens[sl]),
             old[sl],
             adv[sl],
@@ -172,26 +171,32 @@ def test_grpo_loss_kl_term_and_stats() -> None:
     adv = torch.ones(5, dtype=torch.float64)
     with pytest.raises(ValueError, match="ref_logp is required"):
         grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.01)
-    base, s0 = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.0)
+    base, s0, _ = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.0)
     assert s0["kl"].item() == 0.0
-    logged, s1 = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.0, ref_logp=ref)
+    logged, s1, _ = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.0, ref_logp=ref)
     assert logged.item() == base.item() and s1["kl"].item() > 0  # KL logged, not in the loss
-    with_kl, s2 = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.5, ref_logp=ref)
+    with_kl, s2, _ = grpo_loss(logp, logp, adv, mask, **CLIP, beta_kl=0.5, ref_logp=ref)
     k3 = math.exp(0.2) - 0.2 - 1.0
     assert s2["kl"].item() == pytest.approx(k3)
     assert with_kl.item() == pytest.approx(base.item() + 0.5 * k3)
     assert all(v.dim() == 0 and not v.requires_grad for v in s2.values())
 
 
-def test_per_response_signals() -> None:
+def test_per_response_signals_are_reductions_of_the_loss_terms() -> None:
     logp = torch.tensor([[0.0, math.log(2.0), 0.0], [0.0, 0.0, 0.0]])
     old = torch.zeros(2, 3)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
-    pg = per_response_pg_loss(logp, old, torch.tensor([1.0, -2.0]), mask, 0.2, 0.28)
+    _, _, tokens = grpo_loss(logp, old, torch.tensor([1.0, -2.0]), mask, **CLIP, beta_kl=0.0, ref_logp=old,
+                             kl_estimator="k1")
     # row 0: tokens rho = 1 (loss -1) and rho = 2 clipped to 1.28 (loss -1.28); row 1: 3 x (+2)
-    torch.testing.assert_close(pg, torch.tensor([(-1.0 - 1.28) / 2, 2.0]))
-    kl = per_response_kl(logp, old, mask, "k1")
-    torch.testing.assert_close(kl, torch.tensor([math.log(2.0) / 2, 0.0]))
+    torch.testing.assert_close(per_response_mean(tokens.pg, mask), torch.tensor([(-1.0 - 1.28) / 2, 2.0]))
+    torch.testing.assert_close(per_response_mean(tokens.kl, mask), torch.tensor([math.log(2.0) / 2, 0.0]))
+    _, _, no_ref = grpo_loss(logp, old, torch.tensor([1.0, -2.0]), mask, **CLIP, beta_kl=0.0)
+    assert no_ref.kl is None
+    # Eq. 16 multipliers scale the surrogate linearly: the weighted loss terms over w are the unweighted ones
+    w = torch.tensor([3.0, 0.5])
+    _, _, weighted = grpo_loss(logp, old, torch.tensor([1.0, -2.0]) * w, mask, **CLIP, beta_kl=0.0)
+    torch.testing.assert_close(per_response_mean(weighted.pg, mask) / w, per_response_mean(tokens.pg, mask))
 
 
 # ----------------------------------------------------------------------------- KL estimators

@@ -20,7 +20,8 @@ RUNS = {
     "pgdro": (["sampler=prompt-gdro", "sampler.signal=failure_rate"], {"sampler": "prompt-gdro", "allocator": "fixed"}),
     "rgdro": (["allocator=rollout-gdro"], {"sampler": "uniform", "allocator": "rollout-gdro"}),
 }
-SHORT = ["seed=0", "steps=3", "eval.every=1", "data.train_size=16", "data.test_per_level=1"]
+# evaluated before training and after every step, as a real sweep evaluates before and after
+SHORT = ["seed=0", "steps=3", "eval.at_start=true", "eval.every=1", "data.train_size=16", "data.test_per_level=1"]
 
 
 def test_committed_notebook_has_no_outputs():
@@ -44,6 +45,7 @@ def _make_sweep(root: Path) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     nbclient = pytest.importorskip("nbclient")
     pytest.importorskip("ipykernel")

@@ -8,11 +8,33 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gdro.bandit import bin_means, ema, exp_weights, mixed_distribution
+from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.samplers import PromptGDRO, UniformSampler
 
 SCORES = st.lists(st.floats(-50, 50, allow_nan=False), min_size=1, max_size=12).map(np.array)
 ETA = st.floats(0.01, 5.0)
 GAMMA = st.floats(0.001, 1.0)
+
+
+def prompts(num_prompts: int) -> PromptPool:
+    """A pool of ``num_prompts`` prompts (only its size matters to the samplers)."""
+    return PromptPool(tuple(f"p{i}" for i in range(num_prompts)))
+
+
+def spec(num_bins: int, labels: list[str] | None = None, num_pass_bins: int | None = None) -> BinSpec:
+    """``num_bins`` bins labelled ``"0"``.. (or ``labels``), all pass-rate ordered unless ``num_pass_bins`` says."""
+    labels = [str(b) for b in range(num_bins)] if labels is None else labels
+    return BinSpec(tuple(labels), num_bins if num_pass_bins is None else num_pass_bins)
+
+
+def feedback(ids: np.ndarray, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray,
+             pg_loss: np.ndarray | None = None, kl: np.ndarray | None = None, beta_kl: float = 0.0) -> StepFeedback:
+    """A step's ``StepFeedback``: rollouts per prompt counted from ``group_index``; pg_loss and kl zero if not given."""
+    group_index = np.asarray(group_index, dtype=np.int64)
+    rows = len(group_index)
+    return StepFeedback(ids=ids, bins=bins, n=np.bincount(group_index, minlength=len(bins)), group_index=group_index,
+                        correct=correct, pg_loss=np.zeros(rows) if pg_loss is None else pg_loss,
+                        kl=np.zeros(rows) if kl is None else kl, beta_kl=beta_kl)
 
 
 class FixedBins:
@@ -22,6 +44,9 @@ class FixedBins:
         self._bins = np.asarray(bins, dtype=np.int64)
         self.num_bins = num_bins
 
+    def bin_spec(self) -> BinSpec:
+        return spec(self.num_bins)
+
     def all_bins(self) -> np.ndarray:
         return self._bins.copy()
 
@@ -30,12 +55,16 @@ class FixedBins:
 
 
 def step(s: PromptGDRO, clf: FixedBins, rng: np.random.Generator, loss_of_bin: np.ndarray, n: int = 4) -> np.ndarray:
-    """One trainer-like step with a per-rollout loss that depends only on the bin; returns the multipliers."""
+    """One trainer-like step with a per-rollout loss that depends only on the bin; returns the multipliers.
+
+    The loss is fed as ``pg_loss`` (the one signal that is not derived from ``correct``), so the samplers stepped
+    here are built with ``signal="pg_loss"``; the default (failure_rate) is what test_metrics_after_update feeds.
+    """
     ids = s.sample(32, rng, clf)
     bins = clf.bins(ids)
     gi = np.repeat(np.arange(len(ids)), n)
     w = s.loss_weights(bins, gi)
-    s.update(bins=bins, group_index=gi, signals={"pg_loss": loss_of_bin[bins[gi]]}, correct=rng.random(len(gi)) < 0.5)
+    s.update(feedback(ids, bins, gi, rng.random(len(gi)) < 0.5, pg_loss=loss_of_bin[bins[gi]]))
     return w
 
 
@@ -115,8 +144,8 @@ def test_bin_means_eq13_matches_loop(data: st.DataObject, num_bins: int) -> None
 
 def test_persistently_harder_bin_gains_weight() -> None:
     clf, rng = FixedBins(np.arange(120) % 4, 4), np.random.default_rng(0)
-    s = PromptGDRO(active="all")
-    s.bind(120, num_bins=4)
+    s = PromptGDRO(active="all", signal="pg_loss")
+    s.bind(prompts(120), clf.bin_spec())
     for _ in range(3):  # every bin observed (first observation initialises the EMA), all equal
         step(s, clf, rng, np.zeros(4))
     history = [s.weights()[2]]
@@ -131,12 +160,12 @@ def test_persistently_harder_bin_gains_weight() -> None:
 
 def _unequal_counts_update(share_norm: bool) -> PromptGDRO:
     """200 prompts in bin 0 and 5 in bin 1, with the same per-prompt loss 0.3."""
-    s = PromptGDRO(share_norm=share_norm, active="all")
-    s.bind(205, num_bins=2)
+    s = PromptGDRO(share_norm=share_norm, active="all", signal="pg_loss")
+    s.bind(prompts(205), spec(2))
     bins = np.array([0] * 200 + [1] * 5)
     gi = np.repeat(np.arange(205), 4)
     for _ in range(5):
-        s.update(bins=bins, group_index=gi, signals={"pg_loss": np.full(len(gi), 0.3)}, correct=np.zeros(len(gi), bool))
+        s.update(feedback(np.arange(205), bins, gi, np.zeros(len(gi), bool), pg_loss=np.full(len(gi), 0.3)))
     return s
 
 
@@ -156,25 +185,25 @@ def test_batch_mean_and_raw_multipliers() -> None:
     bins, gi = np.array([0, 1, 2, 1]), np.array([0, 0, 1, 1, 1, 2, 3, 3])
     scores = {"scores": np.array([4.0, 0.0, -1.0]), "initialized": np.ones(3, bool)}
     big = PromptGDRO(weight_cap=1e9, active="all")
-    big.bind(4, num_bins=3)
+    big.bind(prompts(4), spec(3))
     big.load_state_dict({**big.state_dict(), **scores})
     w = big.loss_weights(bins, gi)
     assert w.mean() == pytest.approx(1.0)
     q = big.weights()
     np.testing.assert_allclose(w, q[bins[gi]] / q[bins[gi]].mean())
     capped = PromptGDRO(weight_cap=1.5)
-    capped.bind(4, num_bins=3)
+    capped.bind(prompts(4), spec(3))
     capped.load_state_dict({**capped.state_dict(), **scores})
     assert capped.loss_weights(bins, gi).max() == pytest.approx(1.5)
     raw = PromptGDRO(weight_norm="raw", weight_cap=10.0)
-    raw.bind(4, num_bins=3)
+    raw.bind(prompts(4), spec(3))
     raw.load_state_dict({**raw.state_dict(), **scores})
     np.testing.assert_allclose(raw.loss_weights(bins, gi), np.minimum(np.exp(0.65 * scores["scores"]), 10.0)[bins[gi]])
 
 
 def test_active_present_mixes_over_present_bins_only() -> None:
     s = PromptGDRO(gamma=0.2)
-    s.bind(10, num_bins=5)
+    s.bind(prompts(10), spec(5))
     s.loss_weights(np.array([1, 3, 3]), np.array([0, 1, 2]))
     m = s.metrics()
     np.testing.assert_allclose([m[f"gdro/weight/{b}"] for b in range(5)], [0, 0.5, 0, 0.5, 0])
@@ -185,7 +214,7 @@ def test_resample_matches_q_on_nonempty_bins_chi_square() -> None:
     pool = np.array([0] * 7 + [1] * 3 + [2] * 12 + [4] * 4)
     clf = FixedBins(pool, 5)
     s = PromptGDRO(mode="resample", gamma=0.05)
-    s.bind(len(pool), num_bins=5)
+    s.bind(prompts(len(pool)), clf.bin_spec())
     s.load_state_dict({**s.state_dict(), "scores": np.array([1.0, 3.0, 0.0, 5.0, -1.0]), "initialized": np.ones(5, bool)})
     q = s.weights() * np.array([1, 1, 1, 0, 1])
     q /= q.sum()
@@ -208,13 +237,13 @@ def test_resample_matches_q_on_nonempty_bins_chi_square() -> None:
 def test_state_round_trip_gives_identical_future(mode: str) -> None:
     clf = FixedBins(np.arange(50) % 5, 5)
     loss = np.array([0.5, 0.1, 0.9, 0.2, 0.0])
-    a = PromptGDRO(mode=mode)
-    a.bind(50, num_bins=5)
+    a = PromptGDRO(mode=mode, signal="pg_loss")
+    a.bind(prompts(50), clf.bin_spec())
     rng = np.random.default_rng(7)
     for _ in range(3):
         step(a, clf, rng, loss)
     state = a.state_dict()
-    b = PromptGDRO(mode=mode)
+    b = PromptGDRO(mode=mode, signal="pg_loss")
     b.load_state_dict(state)
     rng_state = rng.bit_generator.state
     wa = [step(a, clf, rng, loss) for _ in range(3)]
@@ -228,15 +257,17 @@ def test_state_round_trip_gives_identical_future(mode: str) -> None:
 
 def test_metrics_after_update() -> None:
     s = PromptGDRO(gamma=0.1, active="all")
-    s.bind(6, num_bins=3, labels=["hard", "mid", "easy"])
+    s.bind(prompts(6), spec(3, labels=["hard", "mid", "easy"]))
     bins, gi = np.array([0, 0, 0, 2]), np.repeat(np.arange(4), 2)
     w = s.loss_weights(bins, gi)
-    s.update(bins=bins, group_index=gi, signals={"pg_loss": np.ones(8)}, correct=np.array([1, 0, 0, 0, 0, 0, 1, 1], bool))
+    correct = np.array([1, 0, 0, 0, 0, 0, 1, 1], bool)
+    s.update(feedback(np.array([0, 1, 2, 5]), bins, gi, correct, pg_loss=np.full(8, 7.0)))  # pg_loss: not read
     m = s.metrics()
     assert sum(m[f"gdro/weight/{k}"] for k in ("hard", "mid", "easy")) == pytest.approx(1.0)
     assert m["gdro/share/hard"] == 0.75 and m["gdro/share/mid"] == 0.0 and m["gdro/share/easy"] == 0.25
     assert m["gdro/passrate/hard"] == pytest.approx(1 / 6) and m["gdro/passrate/easy"] == 1.0
-    assert "gdro/passrate/mid" not in m and "gdro/score/mid" not in m and m["gdro/score/hard"] == 1.0
+    assert "gdro/passrate/mid" not in m and "gdro/score/mid" not in m
+    assert m["gdro/score/hard"] == pytest.approx(5 / 6) and m["gdro/score/easy"] == 0.0  # bin-mean failure rate
     assert m["gdro/lead_lag"] == pytest.approx((0 + 1 + 2) / 3 - 2 * 0.25)  # uniform q before any update
     assert m["gdro/weight_entropy"] == pytest.approx(np.log(3))
     assert m["gdro/multiplier_max"] == w.max() == 1.0
@@ -245,21 +276,19 @@ def test_metrics_after_update() -> None:
 class WithUnseenBin(FixedBins):
     """Test data shaped like a classifier with pass-rate bins 0..P-1 plus a last "unseen" bin."""
 
-    num_pass_bins = 3
-
-    def bin_labels(self) -> list[str]:
-        return ["0", "1", "2", "unseen"]
+    def bin_spec(self) -> BinSpec:
+        return spec(4, labels=["0", "1", "2", "unseen"], num_pass_bins=3)
 
 
-def test_sized_from_classifier_and_lead_lag_uses_pass_rate_bins_only() -> None:
+def test_sized_from_bin_spec_and_lead_lag_uses_pass_rate_bins_only() -> None:
     clf = WithUnseenBin([0, 1, 2, 3, 3, 3], 4)
     s = PromptGDRO(active="all")
-    s.bind(6)  # no bins yet: the first sample() takes them from the classifier
+    s.bind(prompts(6), clf.bin_spec())  # the bins (labels, pass-rate bins) come from the classifier's BinSpec
+    assert s.num_bins == 4 and s.num_pass_bins == 3 and s.labels[-1] == "unseen"
     ids = s.sample(6, np.random.default_rng(0), clf)
-    assert s.num_bins == 4 and s.labels[-1] == "unseen"
     bins, gi = clf.bins(ids), np.arange(6)
     s.loss_weights(bins, gi)
-    s.update(bins=bins, group_index=gi, signals={"pg_loss": np.zeros(6)}, correct=np.zeros(6, bool))
+    s.update(feedback(ids, bins, gi, np.zeros(6, bool)))  # failure rate 1 everywhere
     m = s.metrics()
     assert m["gdro/share/unseen"] == 0.5 and "gdro/weight/unseen" in m
     # q uniform over 4 bins, renormalised over bins 0..2 -> mean index 1; data: one prompt in each of 0..2 -> 1
@@ -282,26 +311,54 @@ def test_validation_errors_name_the_key(kwargs: dict, key: str) -> None:
 
 def test_runtime_errors_name_the_key() -> None:
     s = PromptGDRO(signal="pg_kl", mode="resample")
-    with pytest.raises(ValueError, match="num_bins"):
-        s.bind(4, num_bins=0)
-    s.bind(4, num_bins=2)
-    with pytest.raises(ValueError, match="num_bins"):
-        s.sample(2, np.random.default_rng(0), FixedBins(np.zeros(4), 3))
-    with pytest.raises(ValueError, match="signal='pg_kl'"):
-        s.update(bins=np.array([0]), group_index=np.array([0]), signals={"pg_loss": np.ones(1)}, correct=np.ones(1))
+    with pytest.raises(RuntimeError, match="bind"):
+        s.sample(2, np.random.default_rng(0), FixedBins(np.zeros(4), 2))
+    with pytest.raises(RuntimeError, match="bind"):
+        s.weights()
+    with pytest.raises(ValueError, match="at least one bin"):  # zero bins: refused by the BinSpec itself
+        s.bind(prompts(4), spec(0))
+    s.bind(prompts(4), spec(2))
+    with pytest.raises(ValueError, match="num_bins=2"):  # a classifier with more bins than the sampler was bound to
+        s.sample(2, np.random.default_rng(0), FixedBins([0, 1, 2, 0], 3))
+    with pytest.raises(ValueError, match="num_prompts=4"):  # ... or another pool
+        s.sample(2, np.random.default_rng(0), FixedBins(np.zeros(5), 2))
+    with pytest.raises(ValueError, match="num_bins=2"):
+        s.update(feedback(np.array([0]), np.array([2]), np.array([0]), np.ones(1, bool)))
     with pytest.raises(ValueError, match="classifier"):
         s.sample(2, np.random.default_rng(0))
     with pytest.raises(ValueError, match="bins"):
         s.loss_weights(np.array([2]), np.array([0]))
+    with pytest.raises(ValueError, match="group_index"):
+        s.loss_weights(np.array([0]), np.array([1]))
 
 
-def test_uniform_sampler_new_signature_epochs_without_replacement() -> None:
+def test_update_reads_the_configured_signal_of_the_feedback() -> None:
+    """Eq. 13's input is ``feedback.signal(sampler.signal)``: pg_loss, pg_loss + β·KL, or 1 − correct."""
+    bins, gi = np.array([0, 1]), np.array([0, 0, 1, 1])
+    correct = np.array([1, 0, 0, 0], bool)
+    pg_loss, kl = np.array([0.2, 0.4, -1.0, 1.0]), np.array([1.0, 3.0, 0.0, 2.0])
+    expected = {"pg_loss": [0.3, 0.0], "pg_kl": [0.3 + 0.5 * 2.0, 0.0 + 0.5 * 1.0], "failure_rate": [0.5, 1.0]}
+    for signal, scores in expected.items():
+        s = PromptGDRO(signal=signal, active="all")
+        s.bind(prompts(2), spec(2))
+        s.update(feedback(np.arange(2), bins, gi, correct, pg_loss=pg_loss, kl=kl, beta_kl=0.5))
+        m = s.metrics()  # the first observation of a bin initialises its EMA score to the bin mean
+        assert [m["gdro/score/0"], m["gdro/score/1"]] == pytest.approx(scores), signal
+
+
+@pytest.mark.parametrize("with_bins", [True, False])
+def test_uniform_sampler_new_signature_epochs_without_replacement(with_bins: bool) -> None:
     u = UniformSampler()
-    u.bind(10, num_bins=3)
+    with pytest.raises(RuntimeError, match="bind"):
+        u.sample(1, np.random.default_rng(0))
+    if with_bins:
+        u.bind(prompts(10), spec(3))
+    else:
+        u.bind(prompts(10))  # the bins are optional: uniform sampling never reads them
     rng = np.random.default_rng(0)
     ids = np.concatenate([u.sample(c, rng, FixedBins(np.zeros(10), 1)) for c in (3, 7, 4, 6, 5, 5)])
     for e in range(3):
         assert sorted(ids[10 * e : 10 * (e + 1)].tolist()) == list(range(10))
     np.testing.assert_array_equal(u.loss_weights(np.zeros(2), np.array([0, 0, 1])), np.ones(3))
-    u.update(bins=np.zeros(2), group_index=np.array([0]), signals={}, correct=np.ones(1))
+    u.update(feedback(np.array([4, 7]), np.zeros(2), np.array([0]), np.ones(1, bool)))
     assert u.metrics()["data/epoch"] == 3.0

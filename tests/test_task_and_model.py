@@ -95,7 +95,7 @@ def test_train_levels_are_heavy_tailed():
     freq = np.array([counts[level] for level in range(1, 9)]) / task.train_size
     assert np.all(np.diff(freq) < 0)  # most problems easy ...
     assert freq[-2:].sum() > 0.05  # ... with a long tail of hard ones
-    np.testing.assert_allclose(freq, task.level_probs(), atol=1e-4)
+    np.testing.assert_allclose(freq, task.level_probs(), rtol=0, atol=1 / task.train_size)  # largest remainder
     np.testing.assert_allclose(task.level_probs(), (1 / np.arange(1, 9)) / (1 / np.arange(1, 9)).sum())
 
 
@@ -211,10 +211,12 @@ def test_build_tiny_runs_and_loads(tmp_path):
     assert record["args"]["sft_steps"] == 3 and "transformers" in record["versions"]
     model, tokenizer = load_model(ModelSpec(str(out), max_prompt_len=64, max_new_tokens=4, dtype="bfloat16"))
     assert next(model.parameters()).dtype == torch.bfloat16
-    out_ids = model.generate(**tokenizer(["<|im_start|>user\nCopy: 1.<|im_end|>\n<|im_start|>assistant\n"],
-                                         return_tensors="pt", add_special_tokens=False),
-                             do_sample=False, max_new_tokens=4)
-    assert out_ids.shape[1] <= 4 + 20
+    assert sum(p.numel() for p in model.parameters()) == record["num_params"]
+    assert tokenizer.get_vocab() == build_tokenizer().get_vocab() and tokenizer.padding_side == "left"
+    enc = tokenizer([format_prompt(tokenizer, "Copy: 1.", use_chat_template=True)], return_tensors="pt",
+                    add_special_tokens=False)
+    out_ids = model.generate(**enc, do_sample=False, max_new_tokens=4)
+    assert enc["input_ids"].shape[1] < out_ids.shape[1] <= enc["input_ids"].shape[1] + 4
 
 
 @pytest.mark.parametrize("key,kwargs", [

@@ -112,7 +112,7 @@ class CopyTask:
 
     min_level: int = 1
     max_level: int = 8
-    train_size: int = 20000
+    train_size: int = 1024
     test_per_level: int = 48
     level_dist: str = "zipf"
     zipf_a: float = 1.0

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import torch
@@ -16,12 +16,18 @@ import torch
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """Sampling parameters of one generation call."""
+    """Sampling parameters of one generation call.
+
+    ``logprobs``: also return each sampled token's log-probability (``RolloutBatch.logprobs``). Off by default:
+    training recomputes them in its own forward pass, and an engine may have to keep per-step logits to supply
+    them (the HF engine holds one float32 ``(batch, vocab)`` tensor per generated token while ``generate`` runs).
+    """
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0 = no top-k truncation
     max_new_tokens: int = 16
+    logprobs: bool = False  # return the sampled tokens' log-probs (RolloutBatch.logprobs); None when False
 
     def __post_init__(self) -> None:
         if not self.temperature > 0:
@@ -32,21 +38,24 @@ class SamplingParams:
             raise ValueError(f"top_k must be >= 0 (0 disables it), got {self.top_k}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if not isinstance(self.logprobs, bool):
+            raise TypeError(f"logprobs must be true or false, got {self.logprobs!r}")
 
 
 @dataclass
 class RolloutBatch:
     """Ragged rollouts for ``G`` prompts, ``N = sum(group_sizes)`` completions.
 
+    ``logprobs`` is ``None`` unless the call asked for them (``SamplingParams.logprobs=True``); then
     ``logprobs[i]`` are the sampled tokens' log-probabilities under the policy at the sampling
     temperature (``log_softmax(logits / T)``, before top-k/top-p truncation) — the same quantity the
-    trainer recomputes, so the two can be compared.
+    trainer recomputes (``gdro.policy.completion_logprobs``), so the two can be compared.
     """
 
     prompt_token_ids: list[list[int]]  # (G,) tokenised prompts (chat template applied)
     group_index: np.ndarray  # (N,) int64, prompt of each rollout
     completion_ids: list[list[int]]  # (N,) sampled tokens, including EOS when emitted
-    logprobs: list[np.ndarray]  # (N,) float32 arrays, one value per completion token
+    logprobs: list[np.ndarray] | None  # (N,) float32 arrays, one value per completion token; None unless requested
     texts: list[str]  # (N,) decoded completions, special tokens removed
     finish_reasons: list[str]  # (N,) "stop" (EOS emitted) | "length" (hit max_new_tokens)
 
@@ -70,13 +79,22 @@ class RolloutBatch:
         return len(self.completion_ids)
 
 
+@runtime_checkable
 class Generator(Protocol):
-    """What the trainer needs from a rollout engine."""
+    """What the trainer and the evaluator need from a rollout engine (built by ``gdro.rollout.make_engine``).
+
+    ``isinstance(engine, Generator)`` checks that the members exist (not their signatures).
+    """
+
+    pad_id: int  # the token id that pads prompts and completions in the trainer's token batches
 
     def generate(
         self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
     ) -> RolloutBatch:
-        """Sample ``n[g]`` completions for ``prompts[g]`` (``n[g]`` may be 0), deterministically in ``seed``."""
+        """Sample ``n[g]`` completions for ``prompts[g]`` (``n[g]`` may be 0), deterministically in ``seed``.
+
+        ``sampling.logprobs`` only adds ``RolloutBatch.logprobs``; the sampled tokens do not depend on it.
+        """
         ...
 
     def sync_weights(self, model: torch.nn.Module) -> None:

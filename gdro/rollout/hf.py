@@ -1,7 +1,13 @@
-"""HF ``generate`` rollout engine: batched, left-padded, ragged, seeded — the default on CPU.
+"""HF ``generate`` rollout engine: batched, left-padded, ragged, seeded — the default engine.
 
 It samples from the very model object the trainer updates, so its weights are always the current
-policy's; ``sync_weights`` only checks that this is so.
+policy's; ``sync_weights`` only checks that this is so. Inputs go to the model's device (CPU or CUDA);
+outputs come back as CPU lists and numpy arrays.
+
+Log-probs are computed only when asked for (``SamplingParams.logprobs``): then ``generate`` keeps each
+step's raw logits (HF ``output_logits``: one float32 ``(batch, vocab)`` tensor per new token — at Qwen3's
+151,936-token vocabulary ~0.6 MB per row and token, so prefer a small ``batch_size``), and they are reduced one
+step at a time; without them no logits are kept at all.
 """
 
 from __future__ import annotations
@@ -91,6 +97,11 @@ class HFGenerator:
         pad = tokenizer.pad_token_id
         self.pad_id = int(pad if pad is not None else self.eos_ids[0])
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights (and so every input tensor) live."""
+        return next(self.model.parameters()).device
+
     def sync_weights(self, model: torch.nn.Module) -> None:
         if model is not self.model:
             raise ValueError("HFGenerator samples from the policy object itself; pass that same model")
@@ -108,8 +119,11 @@ class HFGenerator:
         logprobs: list[np.ndarray] = []
         was_training = self.model.training
         self.model.eval()
-        # A private RNG stream: sampling is a pure function of (weights, prompts, n, seed).
-        with torch.random.fork_rng(devices=[]), torch.inference_mode():
+        dev = self.device
+        cuda = [dev.index if dev.index is not None else torch.cuda.current_device()] if dev.type == "cuda" else []
+        # A private RNG stream (also the CUDA one when sampling there): sampling is a pure function of
+        # (weights, prompts, n, seed), and the caller's RNG streams are left as they were.
+        with torch.random.fork_rng(devices=cuda), torch.inference_mode():
             torch.manual_seed(seed)
             for start in range(0, len(group_index), self.batch_size):
                 rows = [prompt_ids[g] for g in group_index[start : start + self.batch_size]]
@@ -119,13 +133,15 @@ class HFGenerator:
         self.model.train(was_training)
         finish = ["stop" if c and c[-1] in self.eos_ids else "length" for c in completions]
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
-        return RolloutBatch(prompt_ids, group_index, completions, logprobs, texts, finish)
+        return RolloutBatch(prompt_ids, group_index, completions, logprobs if sampling.logprobs else None, texts,
+                            finish)
 
     def _generate_chunk(self, rows: list[list[int]], sp: SamplingParams) -> tuple[list[list[int]], list[np.ndarray]]:
+        """Completions (cut after the first EOS) and, when ``sp.logprobs``, their log-probs; [] otherwise."""
         input_ids, attention_mask = left_pad(rows, self.pad_id)
         out = self.model.generate(
-            input_ids=input_ids,
-            attention_mask=attention_mask,
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask.to(self.device),
             do_sample=True,
             temperature=sp.temperature,
             top_p=sp.top_p,
@@ -134,16 +150,32 @@ class HFGenerator:
             eos_token_id=self.eos_ids,
             pad_token_id=self.pad_id,
             return_dict_in_generate=True,
-            output_logits=True,
+            output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
         )
-        new = out.sequences[:, input_ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=1).float() / sp.temperature  # (B, L, V), before top-k/top-p
-        lp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        new_dev = out.sequences[:, input_ids.shape[1] :]
+        lp = sampled_logprobs(out.logits, new_dev, sp.temperature) if sp.logprobs else None
+        new = new_dev.cpu()
         is_eos = torch.isin(new, torch.tensor(self.eos_ids))
         completions, logprobs = [], []
         for i in range(new.shape[0]):
             hits = torch.nonzero(is_eos[i]).flatten()
             length = int(hits[0]) + 1 if len(hits) else new.shape[1]
             completions.append(new[i, :length].tolist())
-            logprobs.append(lp[i, :length].numpy().astype(np.float32))
+            if lp is not None:
+                logprobs.append(lp[i, :length].numpy().astype(np.float32))
         return completions, logprobs
+
+
+def sampled_logprobs(step_logits: Sequence[torch.Tensor], tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log_softmax(logits_t / T)[token_t]`` for every step t, as a CPU ``(B, L)`` float32 tensor.
+
+    ``step_logits`` are ``generate``'s raw per-step ``(B, V)`` logits (before top-k/top-p), ``tokens`` the ``(B, L)``
+    sampled ids. One step at a time: the extra memory is one float32 ``(B, V)`` tensor, never ``(B, L, V)``.
+    """
+    if len(step_logits) != tokens.shape[1]:
+        raise ValueError(f"got logits for {len(step_logits)} steps but {tokens.shape[1]} sampled tokens")
+    out = torch.empty(tokens.shape, dtype=torch.float32, device=tokens.device)
+    for t, logits in enumerate(step_logits):
+        step = torch.log_softmax(logits.float() / temperature, dim=-1)
+        out[:, t] = step.gather(-1, tokens[:, t : t + 1]).squeeze(-1)
+    return out.cpu()

@@ -1,0 +1,39 @@
+"""The one place that turns a rollout-engine config into an engine: training, ``gdro-eval`` and scripts call it.
+
+The engine samples on the device of the model it is given (``load_model(spec, device=...)`` puts it there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from gdro.rollout.base import Generator
+from gdro.rollout.hf import HFEngineConfig, HFGenerator
+
+# engine config type -> the `rollout=` option that selects it
+SUPPORTED = {HFEngineConfig: "hf"}
+
+
+def check_engine_config(engine_cfg: Any) -> None:
+    """Raise a one-line ``ValueError`` unless ``engine_cfg`` is the config of an engine :func:`make_engine` builds.
+
+    Cheap (no model): call it while validating a config, before any weights load.
+    """
+    if type(engine_cfg) not in SUPPORTED:
+        options = ", ".join(f"{cls.__name__} (rollout={name})" for cls, name in SUPPORTED.items())
+        raise ValueError(f"rollout: unsupported engine config {type(engine_cfg).__name__}; supported: {options}")
+
+
+def make_engine(engine_cfg: Any, model: torch.nn.Module, tokenizer, spec) -> Generator:
+    """The rollout engine for ``engine_cfg`` sampling from ``model`` (on its device).
+
+    ``spec`` is the model's :class:`gdro.models.ModelSpec`: its ``use_chat_template`` and ``max_prompt_len`` say how
+    prompts are encoded and which are too long. An unsupported ``engine_cfg`` type is a ``ValueError``.
+    """
+    check_engine_config(engine_cfg)
+    return HFGenerator(
+        model, tokenizer, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
+        batch_size=engine_cfg.batch_size,
+    )

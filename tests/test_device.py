@@ -1,0 +1,82 @@
+"""The `device` setting: parsing, early config errors, and the same 1-step run on device=cpu and device=auto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_dir
+
+from gdro.build import build_components, build_trainer
+from gdro.evaluator import build_plan
+from gdro.models import resolve_device
+from gdro.trainer import RunConfig
+from gdro.validate import ConfigError
+from tests.conftest import CONF, FAST, compose_cfg
+
+CUDA = torch.cuda.is_available()
+no_cuda_only = pytest.mark.skipif(CUDA, reason="checks the error for CUDA where there is none")
+
+
+def test_resolve_device():
+    assert resolve_device("auto") == torch.device("cuda" if CUDA else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device(torch.device("cpu")) == torch.device("cpu")
+    for bad in ("tpu", "cuda:", "cuda:x", "gpu", ""):
+        with pytest.raises(ValueError, match=r"^device must be one of auto, cpu, cuda or cuda:N"):
+            resolve_device(bad)
+    for bad in (0, None):
+        with pytest.raises(TypeError, match=r"^device must be one of auto, cpu, cuda or cuda:N"):
+            resolve_device(bad)
+
+
+@no_cuda_only
+def test_cuda_without_cuda_is_a_one_line_error():
+    for setting in ("cuda", "cuda:0"):
+        with pytest.raises(ValueError, match="device asks for CUDA but torch.cuda.is_available") as err:
+            resolve_device(setting)
+        assert "\n" not in str(err.value)
+
+
+def test_run_config_rejects_bad_devices_early():
+    assert RunConfig().device == "auto"
+    with pytest.raises(ValueError, match="device must be one of"):
+        RunConfig(device="tpu")
+    with pytest.raises(ConfigError) as err:
+        build_components(compose_cfg(FAST + ["device=tpu"]))
+    assert str(err.value) == "device=tpu: must be one of auto, cpu, cuda or cuda:N"
+
+
+@no_cuda_only
+def test_config_device_cuda_without_cuda_is_a_config_error():
+    with pytest.raises(ConfigError) as err:
+        build_components(compose_cfg(FAST + ["device=cuda"]))
+    msg = str(err.value)
+    assert msg.startswith("device=cuda: asks for CUDA") and "device=auto or device=cpu" in msg and "\n" not in msg
+
+
+def test_eval_device_is_checked_before_the_model_loads():
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(config_name="eval_app", overrides=["device=tpu", "eval.k=1", "eval.max_problems=2"])
+    with pytest.raises(ConfigError, match=r"^device=tpu: must be one of auto, cpu, cuda or cuda:N$"):
+        build_plan(cfg)
+
+
+def _one_step(tmp_path: Path, device: str):
+    cfg = compose_cfg(FAST + ["steps=1", f"device={device}"])  # beta_kl > 0 by default: a reference model too
+    trainer = build_trainer(cfg, tmp_path, choices={"sampler": "uniform", "allocator": "fixed"})
+    try:
+        rows = trainer.fit()
+    finally:
+        trainer.logger.close()
+    placed = {next(m.parameters()).device for m in (trainer.policy, trainer.ref_model)} | {trainer.engine.device}
+    return placed, [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
+
+
+@pytest.mark.skipif(CUDA, reason="device=auto is CUDA here, so it need not match the CPU run")
+def test_cpu_and_auto_give_identical_metrics(tmp_path: Path):
+    placed_cpu, rows_cpu = _one_step(tmp_path / "cpu", "cpu")
+    placed_auto, rows_auto = _one_step(tmp_path / "auto", "auto")
+    assert placed_cpu == placed_auto == {torch.device("cpu")}
+    assert rows_cpu and rows_cpu == rows_auto
