@@ -3,15 +3,28 @@
 Sequences are laid out as generation saw them: the prompt left-padded to the batch's longest prompt,
 the completion right-padded after it, positions counted from the first real token. The training
 log-probs therefore equal the sampler's (``RolloutBatch.logprobs``) up to float rounding.
+
+Memory at a large vocabulary (Qwen3: 151,936 tokens). Full-vocabulary float32 logits of a ``(B, L)`` batch take
+``4·B·L·V`` bytes (8 rows × 4,096 tokens: 20 GB), and autograd would keep them for the backward. So
+``completion_logprobs`` materialises the logits of a whole micro-batch only while they fit in
+``LOGITS_CHUNK_ELEMENTS`` float32 values (the tiny model always does: that path is the plain
+``log_softmax(model(...).logits)``, bit for bit). Past that it runs the model's backbone, then the LM head and the
+log-softmax on chunks of completion positions, each under activation checkpointing (``torch.utils.checkpoint``):
+only one chunk's logits exist at a time, in the forward and in the backward, and only real (unpadded) completion
+positions are computed. Micro-batches may be formed by a token budget (``OptimConfig.micro_batch_tokens``) so that
+long responses do not run out of memory; gradient accumulation stays exact because the loss divides by
+mini-batch-wide counts.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch.utils.checkpoint import checkpoint
 
 from gdro.loss import LossConfig, grpo_loss, per_response_mean
 from gdro.rollout.base import RolloutBatch
@@ -31,6 +44,7 @@ class OptimConfig:
     ppo_epochs: int = 1
     mini_batches: int = 1  # optimiser steps per epoch; rollouts are split into this many mini-batches
     micro_batch_size: int = 128  # rollouts per forward/backward (gradient accumulation)
+    micro_batch_tokens: int | None = None  # if set: micro-batches by padded tokens (rows × width) instead of rows
     skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
 
     def __post_init__(self) -> None:
@@ -45,6 +59,8 @@ class OptimConfig:
             ("ppo_epochs", self.ppo_epochs >= 1, "must be >= 1"),
             ("mini_batches", self.mini_batches >= 1, "must be >= 1"),
             ("micro_batch_size", self.micro_batch_size >= 1, "must be >= 1"),
+            ("micro_batch_tokens", self.micro_batch_tokens is None or self.micro_batch_tokens >= 1,
+             "must be null or >= 1"),
         ]
         for key, ok, why in checks:
             if not ok:
@@ -98,28 +114,141 @@ def make_token_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
     return TokenBatch(ids, att, pos, ids[:, p_w:], att[:, p_w:].float(), p_w)
 
 
-def completion_logprobs(model, tb: TokenBatch, temperature: float) -> torch.Tensor:
+LOGITS_CHUNK_ELEMENTS = 2**26  # float32 logits alive at once (256 MiB): ~440 positions at V = 151,936
+# Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no soft-capping or scaling):
+# only these take the chunked path; any other model computes full logits and chunks the log-softmax only.
+SPLIT_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "llama", "mistral"})
+
+
+def autocast_context(model) -> contextlib.AbstractContextManager:
+    """bf16 autocast for a bfloat16 model on CUDA; nothing anywhere else (a CPU run is unchanged). The log-probs
+    stay float32 either way: the logits are cast up before the log-softmax."""
+    p = next(model.parameters())
+    if p.device.type == "cuda" and p.dtype == torch.bfloat16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """float32 logits (``.float()``: a no-op on float32), float64 ones kept as they are."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _token_logprobs(head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log_softmax(head(hidden) / T)[token]`` in float32 for ``(n, H)`` hidden states and ``(n,)`` tokens."""
+    logits = _upcast(head(hidden)) / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def chunked_token_logprobs(head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float,
+                           chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
+    """``_token_logprobs`` over chunks of ``chunk_elements // V`` positions (at least one), ``(n,)``.
+
+    When a gradient is recorded, each chunk runs under ``torch.utils.checkpoint``: autograd keeps only the chunk's
+    hidden states, and the backward recomputes one chunk's logits at a time, so the logits of all positions never
+    coexist. ``head`` is any module mapping ``(n, H)`` to ``(n, V)`` (an LM head, or identity on logits).
+    """
+    vocab = getattr(head, "out_features", None) or hidden.shape[-1]
+    rows = max(1, chunk_elements // vocab)
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    parts = []
+    for s in range(0, hidden.shape[0], rows):
+        h, t = hidden[s : s + rows], tokens[s : s + rows]
+        if grad:
+            # no RNG in the head: nothing to replay, so the RNG state is not saved per chunk
+            parts.append(checkpoint(_token_logprobs, head, h, t, temperature, use_reentrant=False,
+                                    preserve_rng_state=False))
+        else:
+            parts.append(_token_logprobs(head, h, t, temperature))
+    return torch.cat(parts) if parts else _upcast(hidden.new_zeros(0))
+
+
+def _split_head(model):
+    """``(backbone, lm_head)`` when the model's logits are ``lm_head(backbone(...).last_hidden_state)``, else None."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in SPLIT_HEAD_MODEL_TYPES:
+        return None
+    backbone, head = getattr(model, "base_model", model), model.get_output_embeddings()
+    if backbone is model or not isinstance(head, torch.nn.Linear):
+        return None
+    return backbone, head
+
+
+def completion_logprobs(model, tb: TokenBatch, temperature: float, *,
+                        chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
     """log π(y_t | x, y_<t) of each completion token at the sampling temperature, (B, L), on the model's device.
 
     ``tb`` should already be there (``make_token_batch(..., device=...)``); a batch elsewhere is copied over.
+    While the batch's full float32 logits (``B × width × V``) fit in ``chunk_elements`` this is one forward and one
+    log-softmax over them, as it always was. Otherwise (see the module docstring) the backbone's hidden states go
+    through the LM head and the log-softmax a chunk of real completion positions at a time; the values are the
+    same up to float rounding, and padded positions (``tb.mask == 0``) hold 0. Gradients flow in both paths.
+    The log-softmax is float32 whatever the model's dtype (float64 for a float64 model).
     """
     dev = next(model.parameters()).device
-    out = model(input_ids=tb.input_ids.to(dev), attention_mask=tb.attention_mask.to(dev),
-                position_ids=tb.position_ids.to(dev))
-    logits = out.logits[:, tb.prompt_width - 1 : -1].float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, tb.completion.to(dev).unsqueeze(-1)).squeeze(-1)
+    ids, att, pos = tb.input_ids.to(dev), tb.attention_mask.to(dev), tb.position_ids.to(dev)
+    tokens = tb.completion.to(dev)
+    b, width = ids.shape
+    split = _split_head(model)
+    vocab = split[1].out_features if split is not None else model.config.vocab_size
+    with autocast_context(model):
+        if b * width * vocab <= chunk_elements or split is None:
+            logits = model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).logits
+            logits = logits[:, tb.prompt_width - 1 : -1]
+            if b * width * vocab <= chunk_elements:
+                return torch.log_softmax(_upcast(logits) / temperature, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+            flat = chunked_token_logprobs(torch.nn.Identity(), logits.reshape(-1, vocab), tokens.reshape(-1),
+                                          temperature, chunk_elements)
+            return flat.view(b, -1)
+        backbone, head = split
+        hidden = backbone(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False).last_hidden_state
+        hidden = hidden[:, tb.prompt_width - 1 : -1]
+        real = tb.mask.to(dev) != 0
+        lp = chunked_token_logprobs(head, hidden[real], tokens[real], temperature, chunk_elements)
+    out = torch.zeros(tokens.shape, dtype=lp.dtype, device=dev)
+    if lp.numel() == 0:  # no completion token at all: keep the output attached to the graph (zero gradient)
+        return out + 0.0 * hidden.sum().to(lp.dtype)
+    return out.index_put(real.nonzero(as_tuple=True), lp)
 
 
-def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float) -> list[torch.Tensor]:
-    """Per-row log-probs (unpadded 1-D tensors on the model's device) without gradient, in micro-batches."""
-    out: list[torch.Tensor] = []
+def micro_batches(roll: RolloutBatch, rows: np.ndarray, micro_batch_size: int,
+                  micro_batch_tokens: int | None = None) -> list[np.ndarray]:
+    """Split ``rows`` into micro-batches: ``micro_batch_size`` rows each in order (``micro_batch_tokens`` None), or
+    greedily by padded tokens: rows longest first, each micro-batch as many as fit in ``rows × (longest prompt +
+    longest completion) <= micro_batch_tokens`` (a row longer than the budget on its own forms its own batch)."""
+    if micro_batch_tokens is None:
+        return [rows[s : s + micro_batch_size] for s in range(0, len(rows), micro_batch_size)]
+    p_len = np.array([len(roll.prompt_token_ids[roll.group_index[i]]) for i in rows], dtype=np.int64)
+    c_len = np.array([len(roll.completion_ids[i]) for i in rows], dtype=np.int64)
+    order = np.argsort(-(p_len + np.maximum(c_len, 1)), kind="stable")
+    out: list[np.ndarray] = []
+    cur: list[int] = []
+    p_w = c_w = 0
+    for k in order:
+        p, c = max(p_w, int(p_len[k])), max(c_w, int(c_len[k]), 1)
+        if cur and (len(cur) + 1) * (p + c) > micro_batch_tokens:
+            out.append(rows[np.sort(cur)])
+            cur, p, c = [], int(p_len[k]), max(int(c_len[k]), 1)
+        cur.append(int(k))
+        p_w, c_w = p, c
+    if cur:
+        out.append(rows[np.sort(cur)])
+    return out
+
+
+def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float,
+                     micro_tokens: int | None = None) -> list[torch.Tensor]:
+    """Per-row log-probs (unpadded 1-D tensors on the model's device, in the order of ``rows``) without gradient,
+    in micro-batches (``micro_batches(roll, rows, micro, micro_tokens)``)."""
+    at = {int(i): k for k, i in enumerate(rows)}
+    out: list[torch.Tensor | None] = [None] * len(rows)
     device = next(model.parameters()).device
     with torch.no_grad():
-        for s in range(0, len(rows), micro):
-            part = rows[s : s + micro]
+        for part in micro_batches(roll, np.asarray(rows), micro, micro_tokens):
             tb = make_token_batch(roll, part, pad_id, device=device)
             lp = completion_logprobs(model, tb, temp)
-            out += [lp[j, : len(roll.completion_ids[i])] for j, i in enumerate(part)]
+            for j, i in enumerate(part):
+                out[at[int(i)]] = lp[j, : len(roll.completion_ids[i])]
     return out
 
 
@@ -158,12 +287,13 @@ def ppo_update(
     lengths = roll.lengths
     single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
     all_rows = np.arange(n)
-    old = None if single_step else logprobs_no_grad(model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
+    micro, micro_tokens = optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens
+    old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens)
     ref = None
     if loss_cfg.beta_kl > 0:
         if ref_model is None:
             raise ValueError("loss.beta_kl > 0 needs a reference model")
-        ref = logprobs_no_grad(ref_model, roll, all_rows, optim_cfg.micro_batch_size, pad_id, temperature)
+        ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens)
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
     sig_pg = np.zeros(n, dtype=np.float64)
     sig_kl = np.zeros(n, dtype=np.float64)
@@ -181,8 +311,7 @@ def ppo_update(
             n_seq = float((lengths[mb] > 0).sum()) if loss_cfg.agg == "seq-mean-token-mean" else float(len(mb))
             rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
             optimizer.zero_grad(set_to_none=True)
-            for s in range(0, len(rows), optim_cfg.micro_batch_size):
-                part = rows[s : s + optim_cfg.micro_batch_size]
+            for part in micro_batches(roll, rows, micro, micro_tokens):
                 tb = make_token_batch(roll, part, pad_id, device=device)
                 logp = completion_logprobs(model, tb, temperature)
                 width = logp.shape[1]

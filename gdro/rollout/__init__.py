@@ -1,4 +1,4 @@
-"""Rollout engines: a small protocol (``Generator``), its implementations (HF ``generate`` on CPU or CUDA) and the one
+"""Rollout engines: a small protocol (``Generator``), its implementations (HF ``generate`` on CPU or CUDA; in-process vLLM) and the one
 factory, ``make_engine``, that training, ``gdro-eval`` and scripts build them with."""
 
 from gdro.rollout.base import Generator, RolloutBatch, SamplingParams

@@ -11,9 +11,10 @@ import torch
 
 from gdro.rollout.base import Generator
 from gdro.rollout.hf import HFEngineConfig, HFGenerator
+from gdro.rollout.vllm import VLLMEngineConfig, make_vllm_engine  # imports vllm only when an engine is built
 
 # engine config type -> the `rollout=` option that selects it
-SUPPORTED = {HFEngineConfig: "hf"}
+SUPPORTED = {HFEngineConfig: "hf", VLLMEngineConfig: "vllm"}
 
 
 def check_engine_config(engine_cfg: Any) -> None:
@@ -33,6 +34,8 @@ def make_engine(engine_cfg: Any, model: torch.nn.Module, tokenizer, spec) -> Gen
     prompts are encoded and which are too long. An unsupported ``engine_cfg`` type is a ``ValueError``.
     """
     check_engine_config(engine_cfg)
+    if isinstance(engine_cfg, VLLMEngineConfig):
+        return make_vllm_engine(engine_cfg, model, tokenizer, spec)  # loads spec's checkpoint, then syncs to `model`
     return HFGenerator(
         model, tokenizer, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
         batch_size=engine_cfg.batch_size,

@@ -72,6 +72,15 @@ def encode_prompts(tokenizer, prompts: Sequence[str], *, use_chat_template: bool
     return [list(r) for r in ids]
 
 
+def encode_request(tokenizer, prompts: Sequence[str], n: Sequence[int], *, use_chat_template: bool,
+                   max_prompt_len: int) -> tuple[list[list[int]], np.ndarray]:
+    """Every engine's first step: each prompt's token ids (as ``encode_prompts``) and each rollout's prompt index."""
+    if len(prompts) != len(n):
+        raise ValueError(f"got {len(prompts)} prompts but {len(n)} rollout counts")
+    ids = encode_prompts(tokenizer, prompts, use_chat_template=use_chat_template, max_prompt_len=max_prompt_len)
+    return ids, expand_groups(n)
+
+
 def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Left-padded ``input_ids`` and ``attention_mask`` for token rows of unequal length."""
     width = max(len(r) for r in rows)
@@ -109,12 +118,9 @@ class HFGenerator:
     def generate(
         self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
     ) -> RolloutBatch:
-        if len(prompts) != len(n):
-            raise ValueError(f"got {len(prompts)} prompts but {len(n)} rollout counts")
-        prompt_ids = encode_prompts(
-            self.tokenizer, prompts, use_chat_template=self.use_chat_template, max_prompt_len=self.max_prompt_len
+        prompt_ids, group_index = encode_request(
+            self.tokenizer, prompts, n, use_chat_template=self.use_chat_template, max_prompt_len=self.max_prompt_len
         )
-        group_index = expand_groups(n)
         completions: list[list[int]] = []
         logprobs: list[np.ndarray] = []
         was_training = self.model.training

