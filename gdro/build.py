@@ -7,6 +7,7 @@ before any model is loaded.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 import platform
@@ -23,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
-from gdro.validate import ConfigError, validate_config
+from gdro.validate import ConfigError, field_default, node_schema, validate_config
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,24 @@ def _previous_run_aside(run_dir: Path) -> None:
     log.warning("%s held an earlier run without a checkpoint: its files were kept as *.prev-%d", run_dir, k)
 
 
-def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any]) -> Path | None:
+def _is_default(cfg: DictConfig, key: str, value: Any) -> bool:
+    """Whether dotted ``key`` holds its component's Python default (= its YAML default, tests/test_defaults.py)."""
+    group, _, name = key.partition(".")
+    if not name:
+        target, name = RunConfig, group
+    elif isinstance(cfg.get(group), DictConfig) and "_target_" in cfg[group] and "." not in name:
+        target, _ = node_schema(cfg[group], group)
+    else:
+        return False
+    default = field_default(target, name)
+    if default is dataclasses.MISSING:
+        return False
+    if isinstance(default, (list, tuple)) or isinstance(value, (list, tuple)):
+        return isinstance(default, (list, tuple)) and isinstance(value, (list, tuple)) and list(default) == list(value)
+    return type(default) is type(value) and default == value  # True is not 1
+
+
+def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: DictConfig) -> Path | None:
     """The checkpoint this run continues from (None: a fresh start), after checking it may be resumed."""
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
@@ -98,7 +116,8 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any]) -> Pat
     if not run.resume:
         raise ConfigError(f"resume=false: {run_dir} holds a checkpoint (step {meta['step']}) and is left untouched; "
                           "pass resume=true to continue it, or choose another hydra.run.dir")
-    diffs = config_differences(meta["config"], resolved, ignore=("steps", "device"))
+    diffs = config_differences(meta["config"], resolved, ignore=("steps", "device"),
+                               is_default=lambda key, value: _is_default(cfg, key, value))
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
                           f"(only steps and device may change): " + "; ".join(diffs))
@@ -148,7 +167,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         raise ConfigError(str(err)) from err
     run_dir = Path(run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    ckpt = resume_point(run, run_dir, resolved)
+    ckpt = resume_point(run, run_dir, resolved, cfg)
 
     # data before the model: a missing dataset or a bad file fails in seconds, naming it
     try:

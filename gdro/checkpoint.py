@@ -24,7 +24,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -170,9 +170,13 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): node}
 
 
-def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *, ignore: tuple[str, ...] = ("steps",)
-                       ) -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs (keys in ``ignore`` excepted)."""
+def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *, ignore: tuple[str, ...] = ("steps",),
+                       is_default: Callable[[str, Any], bool] | None = None) -> list[str]:
+    """``key: old -> new`` for every dotted key whose value differs (keys in ``ignore`` excepted).
+
+    A key the old config lacks (added to gdro since the checkpoint was written) is no difference when
+    ``is_default(key, new_value)`` says its value is the component's default, i.e. the old behaviour.
+    """
     a, b = _flatten(old), _flatten(new)
     missing = object()
 
@@ -184,6 +188,8 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *, ignore
         if key in ignore:
             continue
         va, vb = a.get(key, missing), b.get(key, missing)
+        if va is missing and vb is not missing and is_default is not None and is_default(key, vb):
+            continue
         if va != vb:
             diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")
     return diffs

@@ -32,7 +32,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 __all__ = [
-    "ConfigError", "Schema", "build_node", "check_keys", "check_values", "node_schema", "resolve", "schema_of", "show",
+    "ConfigError", "Schema", "build_node", "check_keys", "check_values", "field_default", "node_schema", "resolve", "schema_of", "show",
     "validate_config",
 ]
 
@@ -277,6 +277,29 @@ def _locate(path: Any, key: str) -> Callable[..., Any]:
     if obj is None or isinstance(obj, types.ModuleType) or not callable(obj):
         raise ConfigError(f"{key}._target_={path}: no such class or function")
     return obj
+
+
+def field_default(target: Callable[..., Any], name: str) -> Any:
+    """The Python default of parameter ``name`` of a dataclass or constructor (through the config dataclass of a
+    ``**kwargs`` constructor); ``dataclasses.MISSING`` when it has none."""
+    if dataclasses.is_dataclass(target) and isinstance(target, type):
+        for f in dataclasses.fields(target):
+            if f.name == name and f.init:
+                if f.default_factory is not dataclasses.MISSING:
+                    return f.default_factory()
+                return f.default
+        return dataclasses.MISSING
+    params = inspect.signature(target).parameters
+    p = params.get(name)
+    if p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+        return dataclasses.MISSING if p.default is p.empty else p.default
+    if any(q.kind is q.VAR_KEYWORD for q in params.values()):
+        hints = typing.get_type_hints(target.__init__ if isinstance(target, type) else target)
+        for h in hints.values():
+            for a in typing.get_args(h) or (h,):
+                if dataclasses.is_dataclass(a) and isinstance(a, type):
+                    return field_default(a, name)
+    return dataclasses.MISSING
 
 
 def node_schema(node: Any, key: str) -> tuple[Callable[..., Any], Schema]:

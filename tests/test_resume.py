@@ -240,3 +240,17 @@ def test_prompts_longer_than_max_prompt_len_are_dropped_at_load_and_counted(tmp_
     dropped = json.loads((tmp_path / "run.json").read_text())["data"]["dropped_long_prompts"]
     assert dropped == {"train": 18 + 21, "test": 3 + 3}
     assert rows[-1]["step"] == 1
+
+
+def test_a_key_added_since_the_checkpoint_is_no_difference_at_its_default(tmp_path: Path):
+    # a checkpoint written before optim.micro_batch_tokens and model.gradient_checkpointing existed
+    _fit(tmp_path, ["steps=1", "checkpoint.every=1"])
+    meta_path = tmp_path / "checkpoints" / "step_000001" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["config"]["optim"]["micro_batch_tokens"], meta["config"]["model"]["gradient_checkpointing"]
+    meta_path.write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=r"1 key\(s\).*optim.micro_batch_tokens: <absent> -> 64"):
+        build_trainer(compose_cfg(FAST + ["steps=2", "checkpoint.every=1", "optim.micro_batch_tokens=64"]),
+                      tmp_path)  # a new key away from its default changes the run: refused
+    _, rows = _fit(tmp_path, ["steps=2", "checkpoint.every=1"])  # the new keys at their defaults: resumes
+    assert [r["step"] for r in rows] == [2]
