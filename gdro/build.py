@@ -1,4 +1,4 @@
-"""The one place that turns a Hydra ``DictConfig`` into components (``hydra.utils.instantiate``).
+"""The one place that turns a Hydra ``DictConfig`` into components (each ``_target_`` built by ``gdro.validate``).
 
 Everything cheap is built and validated first, so a bad value fails with a message naming its key
 before any model is loaded.
@@ -17,8 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from hydra.errors import InstantiationException
-from hydra.utils import instantiate
 from omegaconf import DictConfig, OmegaConf
 
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
@@ -30,14 +28,6 @@ log = logging.getLogger(__name__)
 
 GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
 COMPONENTS = (*GROUPS, "checkpoint")  # config groups (one YAML per option) plus nodes set in train.yaml itself
-
-
-def _instantiate(node: DictConfig, key: str) -> Any:
-    try:
-        return instantiate(node, _convert_="all")
-    except InstantiationException as err:
-        cause = err.__cause__ if err.__cause__ is not None else err
-        raise ConfigError(f"invalid value in config group '{key}': {key}.{cause}") from err
 
 
 @dataclass
@@ -107,8 +97,10 @@ def _is_default(cfg: DictConfig, key: str, value: Any) -> bool:
     return type(default) is type(value) and default == value  # True is not 1
 
 
-def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: DictConfig) -> Path | None:
-    """The checkpoint this run continues from (None: a fresh start), after checking it may be resumed."""
+def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: DictConfig
+                 ) -> tuple[Path, dict[str, Any]] | None:
+    """The checkpoint this run continues from and its ``meta.json`` (None: a fresh start), after checking it may be
+    resumed."""
     ckpt = latest_checkpoint(run_dir)
     if ckpt is None:
         return None
@@ -123,25 +115,24 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: D
                           f"(only steps and device may change): " + "; ".join(diffs))
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
-    return ckpt
+    return ckpt, meta
 
 
-def _run_record(run_dir: Path, meta: dict[str, Any], ckpt: Path | None) -> RunRecord:
-    """run.json for a fresh start, or the existing one (with a ``resumes`` entry) when resuming."""
+def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> RunRecord:
+    """run.json for a fresh start, or the existing one (with a ``resumes`` entry) when resuming at ``from_step``."""
     path = run_dir / "run.json"
     data = dict(meta)
-    if ckpt is not None:
+    if from_step is not None:
         try:
             old = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             old = {}
-        step = read_meta(ckpt)["step"]
-        data = {**old, **meta, "resumes": [*old.get("resumes", []), {"from_step": step, "git": meta["git"]}]}
+        data = {**old, **meta, "resumes": [*old.get("resumes", []), {"from_step": from_step, "git": meta["git"]}]}
         data.setdefault("wandb_id", old.get("wandb_id"))
     if not data.get("wandb_id"):
         data["wandb_id"] = uuid.uuid4().hex[:12]
     record = RunRecord(path, data)
-    record.update(status="running", last_step=read_meta(ckpt)["step"] if ckpt is not None else 0)
+    record.update(status="running", last_step=from_step or 0)
     return record
 
 
@@ -167,7 +158,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         raise ConfigError(str(err)) from err
     run_dir = Path(run_dir)
     resolved = OmegaConf.to_container(cfg, resolve=True)
-    ckpt = resume_point(run, run_dir, resolved, cfg)
+    resume = resume_point(run, run_dir, resolved, cfg)
+    ckpt, ckpt_meta = resume if resume is not None else (None, None)
 
     # data before the model: a missing dataset or a bad file fails in seconds, naming it
     try:
@@ -199,7 +191,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         "data": {"train": len(train_problems), "test": len(test_problems),
                  "dropped_long_prompts": {"train": dropped_train, "test": dropped_test}},
     }
-    record = _run_record(run_dir, meta, ckpt)
+    record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
 
     log.info("loading model %s", spec.name_or_path)
@@ -211,7 +203,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     engine = make_engine(eng_cfg, policy, tokenizer, spec)
     logger = RunLogger(
         run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
-        truncate_to=read_meta(ckpt)["metrics_bytes"] if ckpt is not None else None, wandb_id=record.data["wandb_id"],
+        truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
     )
     return Trainer(
         run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],

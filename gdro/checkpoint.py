@@ -4,10 +4,10 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_NNNNNN/`` holding
 
 * ``policy.pt`` — the policy's ``state_dict``;
 * ``optimizer.pt`` — the optimiser's and the LR schedule's ``state_dict``;
-* ``trainer.pt`` — the step, the classifier / sampler / allocator state (the sampler's holds the data order),
-  every RNG stream (the trainer's numpy generators and torch's CPU and CUDA generators), and the byte length of
-  ``metrics.jsonl`` after the step's row (the logger's position);
-* ``meta.json`` — the step, the resolved config the run was started with, and the format version.
+* ``trainer.pt`` — the step, the classifier / sampler / allocator state (the sampler's holds the data order) and
+  every RNG stream (the trainer's numpy generators and torch's CPU and CUDA generators);
+* ``meta.json`` — the step, the resolved config the run was started with, the byte length of ``metrics.jsonl``
+  after the step's row (the logger's position, read before the model loads) and the format version.
 
 Writes are atomic: everything goes into a hidden temporary directory beside the final one, each file is flushed
 to disk, and only then is the directory renamed to its final name (``os.rename`` is atomic on POSIX). A process
@@ -40,7 +40,7 @@ _TMP_PREFIX = ".tmp-"
 
 @dataclass(frozen=True)
 class CheckpointConfig:
-    """Checkpointing (conf/checkpoint/default.yaml)."""
+    """Checkpointing (the `checkpoint:` node of conf/train.yaml)."""
 
     every: int = 25  # save every N steps (0 = no periodic checkpoints)
     keep: int = 2  # newest checkpoints kept on disk

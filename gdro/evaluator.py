@@ -36,7 +36,7 @@ import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from gdro.build import ConfigError, _instantiate
+from gdro.build import ConfigError
 from gdro.cli import precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
@@ -113,7 +113,7 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
     missing = [g for g in GROUPS if g not in cfg]
     if missing:
         raise ConfigError(f"config is missing the groups {missing}")
-    parts = {g: _instantiate(cfg[g], g) for g in GROUPS}
+    parts = {g: build_node(cfg[g], g) for g in GROUPS}  # keys, types, ranges: one-line errors
     from gdro.models import resolve_device
     from gdro.rollout import check_engine_config
 

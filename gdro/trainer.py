@@ -287,7 +287,7 @@ class Trainer:
             "optimizer": {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
             "trainer": {
                 "step": step, "sampler": self.sampler.state_dict(), "classifier": self.classifier.state_dict(),
-                "allocator": self.allocator.state_dict(), "rng": rng_state(rngs), "metrics_bytes": position,
+                "allocator": self.allocator.state_dict(), "rng": rng_state(rngs),
             },
         }
         meta = {"config": self.config, "metrics_bytes": position}
@@ -309,8 +309,9 @@ class Trainer:
         set_rng_state(tr["rng"], rngs)
         self.engine.sync_weights(self.policy)
         step = int(tr["step"])
-        if step != int(read_meta(ckpt)["step"]):
-            raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {read_meta(ckpt)['step']}")
+        meta_step = int(read_meta(ckpt)["step"])
+        if step != meta_step:
+            raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {meta_step}")
         return step
 
     def _evaluate(self) -> dict[str, float]:

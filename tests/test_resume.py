@@ -68,6 +68,15 @@ def _wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int) -> No
         time.sleep(0.02)
 
 
+def _signal_after_checkpoint(run_dir: Path, step: int, signum: int) -> subprocess.Popen:
+    """Start the 6-step run and send ``signum`` once checkpoint ``step`` exists."""
+    proc = subprocess.Popen(_cmd(run_dir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_checkpoint(proc, run_dir, step)
+    proc.send_signal(signum)
+    return proc
+
+
 def _comparable(rows: list[dict]) -> list[dict]:
     return [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
@@ -97,10 +106,7 @@ def _check_resumed(run_dir: Path, straight: list[dict]) -> None:
 @pytest.mark.slow
 def test_sigkill_after_step_3_then_rerun_matches_straight_run(tmp_path: Path, straight):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(_cmd(run_dir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    _wait_for_checkpoint(proc, run_dir, 3)
-    proc.send_signal(signal.SIGKILL)
+    proc = _signal_after_checkpoint(run_dir, 3, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     killed = read_metrics(run_dir)
@@ -114,10 +120,7 @@ def test_sigkill_after_step_3_then_rerun_matches_straight_run(tmp_path: Path, st
 @pytest.mark.slow
 def test_sigterm_saves_exits_cleanly_and_resumes(tmp_path: Path, straight):
     run_dir = tmp_path / "run"
-    proc = subprocess.Popen(_cmd(run_dir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    _wait_for_checkpoint(proc, run_dir, 3)
-    proc.send_signal(signal.SIGTERM)
+    proc = _signal_after_checkpoint(run_dir, 3, signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, err[-3000:]
     assert "Traceback" not in err

@@ -54,6 +54,12 @@ def eos_token_ids(model: torch.nn.Module, tokenizer) -> list[int]:
     return sorted(ids)
 
 
+def pad_token_id(tokenizer, eos_ids: Sequence[int]) -> int:
+    """The tokenizer's pad id, or the first EOS id when it has none."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else eos_ids[0])
+
+
 def encode_prompts(tokenizer, prompts: Sequence[str], *, use_chat_template: bool, max_prompt_len: int) -> list[list[int]]:
     """Token ids of each prompt, as a single user turn when ``use_chat_template``; too-long prompts are an error."""
     if use_chat_template:
@@ -103,8 +109,7 @@ class HFGenerator:
         self.max_prompt_len = max_prompt_len
         self.batch_size = batch_size
         self.eos_ids = eos_token_ids(model, tokenizer)
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+        self.pad_id = pad_token_id(tokenizer, self.eos_ids)
 
     @property
     def device(self) -> torch.device:

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from gdro.rollout.base import RolloutBatch, SamplingParams
-from gdro.rollout.hf import encode_request, eos_token_ids
+from gdro.rollout.hf import encode_request, eos_token_ids, pad_token_id
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +122,7 @@ class VLLMGenerator:
         self.use_chat_template = use_chat_template
         self.max_prompt_len = max_prompt_len
         self.eos_ids = eos_token_ids(model, tokenizer)
-        pad = tokenizer.pad_token_id
-        self.pad_id = int(pad if pad is not None else self.eos_ids[0])
+        self.pad_id = pad_token_id(tokenizer, self.eos_ids)
         self.max_model_len = cfg.max_model_len or max_prompt_len + max_new_tokens
         vllm = _import_vllm(cfg)
         self._vllm = vllm
