@@ -196,10 +196,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
 
     log.info("loading model %s", spec.name_or_path)
     device = resolve_device(run.device)
-    policy, tokenizer = load_model(spec, device=device, tokenizer=tokenizer)
+    policy, tokenizer = load_model(spec, device=device, tokenizer=tokenizer, train=True)  # master weights
     ref_model = None
-    if loss_cfg.beta_kl > 0:
-        ref_model = copy.deepcopy(policy).to(device).eval().requires_grad_(False)
+    if loss_cfg.beta_kl > 0:  # frozen: kept in the compute dtype (bf16 at the paper's scale), like the engine
+        ref_model = copy.deepcopy(policy).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
     engine = make_engine(eng_cfg, policy, tokenizer, spec)
     logger = RunLogger(
         run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,

@@ -202,7 +202,12 @@ class ModelSpec:
         name_or_path: a hub id (``Qwen/Qwen3-1.7B-Base``), a local directory, or ``"tiny"``.
         max_prompt_len: longest prompt in tokens (the rollout engine rejects longer ones).
         max_new_tokens: generation budget per completion.
-        dtype: weights dtype: float32 | bfloat16 | float16.
+        dtype: the compute dtype (float32 | bfloat16 | float16): the weights of the reference model, the rollout
+            engine and saved checkpoints, and the autocast dtype of the trained policy's forwards.
+        master_dtype: the dtype of the trained policy's own weights, gradients and optimiser state (its "master
+            weights"), float32 by default: with ``dtype=bfloat16`` the policy trains in fp32 under bf16 autocast (the
+            paper's BF16 mixed precision). ``None`` trains in ``dtype`` itself: half the memory, but bf16 weights
+            round small updates away (at lr 1e-6 an update below ~0.4% of a weight is lost).
         attn_implementation: passed to ``from_pretrained`` (e.g. "sdpa", "eager", "flash_attention_2"); None = default.
         trust_remote_code: passed to ``from_pretrained``.
         use_chat_template: format prompts with the tokenizer's chat template (else raw text).
@@ -216,6 +221,7 @@ class ModelSpec:
     max_prompt_len: int
     max_new_tokens: int
     dtype: str = "float32"
+    master_dtype: str | None = "float32"
     attn_implementation: str | None = None
     trust_remote_code: bool = False
     use_chat_template: bool = True
@@ -231,6 +237,8 @@ class ModelSpec:
             raise ValueError(f"max_new_tokens must be a positive int, got {self.max_new_tokens!r}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.master_dtype is not None and self.master_dtype not in DTYPES:
+            raise ValueError(f"master_dtype must be null or one of {sorted(DTYPES)}, got {self.master_dtype!r}")
         if self.attn_implementation is not None and not str(self.attn_implementation).strip():
             raise ValueError("attn_implementation must be None or a non-empty string")
         if self.revision is not None and not str(self.revision).strip():
@@ -240,7 +248,13 @@ class ModelSpec:
 
     @property
     def torch_dtype(self) -> torch.dtype:
+        """The compute dtype (``dtype``)."""
         return DTYPES[self.dtype]
+
+    @property
+    def train_dtype(self) -> torch.dtype:
+        """The trained policy's parameter dtype (``master_dtype``, else ``dtype``)."""
+        return DTYPES[self.master_dtype or self.dtype]
 
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
@@ -310,12 +324,23 @@ def load_tokenizer(spec: ModelSpec):
     return tokenizer
 
 
-def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None):
+COMPUTE_DTYPE_ATTR = "gdro_compute_dtype"
+
+
+def compute_dtype(model: torch.nn.Module) -> torch.dtype:
+    """The dtype ``model``'s forwards compute in: ``spec.dtype`` for a model from :func:`load_model`, else its
+    parameters' dtype. Differs from the parameters' dtype for a policy with fp32 master weights (autocast)."""
+    return getattr(model, COMPUTE_DTYPE_ATTR, None) or next(model.parameters()).dtype
+
+
+def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None, train: bool = False):
     """Load ``(model, tokenizer)`` for any causal LM on ``device``; left padding and a pad token are guaranteed.
 
     ``device`` is a setting as :func:`resolve_device` takes it (``auto`` | ``cpu`` | ``cuda`` | ``cuda:N``) or a
     ``torch.device``; it is checked before any weights load. Raises ``ModelUnavailableError`` (an ``OSError``)
     naming the model when its files cannot be had. ``spec.gradient_checkpointing`` is switched on here.
+    The weights are ``spec.dtype``, or ``spec.train_dtype`` (the master weights) for the policy to train
+    (``train=True``); either way the model computes in ``spec.dtype`` (:func:`compute_dtype`).
     """
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     from transformers import AutoModelForCausalLM
@@ -325,7 +350,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
     path = resolve_path(spec.name_or_path)
     try:
         model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=spec.torch_dtype, attn_implementation=spec.attn_implementation,
+            path, dtype=spec.train_dtype if train else spec.torch_dtype, attn_implementation=spec.attn_implementation,
             revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         raise _unavailable(spec, path, err) from err
@@ -341,6 +366,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    setattr(model, COMPUTE_DTYPE_ATTR, spec.torch_dtype)
     return model.to(target).eval(), tokenizer
 
 

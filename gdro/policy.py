@@ -121,9 +121,16 @@ SPLIT_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", 
 
 
 def autocast_context(model) -> contextlib.AbstractContextManager:
-    """bf16 autocast for a bfloat16 model on CUDA; nothing anywhere else (a CPU run is unchanged). The log-probs
-    stay float32 either way: the logits are cast up before the log-softmax."""
+    """Autocast to the model's compute dtype (:func:`gdro.models.compute_dtype`) where it is lower precision than
+    its weights (fp32 master weights, ``dtype=bfloat16``), on any device; bf16 autocast for a bfloat16 model on
+    CUDA; nothing otherwise (a float32 run is unchanged). The log-probs stay float32 either way: the logits are
+    cast up before the log-softmax."""
+    from gdro.models import compute_dtype
+
     p = next(model.parameters())
+    dt = compute_dtype(model)
+    if dt != p.dtype and dt in (torch.bfloat16, torch.float16) and p.dtype in (torch.float32, torch.float64):
+        return torch.autocast(p.device.type, dtype=dt)
     if p.device.type == "cuda" and p.dtype == torch.bfloat16:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -350,6 +350,13 @@ class Trainer:
         return self.logger.log(row)
 
     def save(self, path: Path) -> None:
-        """The final policy as a HF checkpoint (loadable by ``model.name_or_path=<path>``)."""
-        self.policy.save_pretrained(path, safe_serialization=True)
+        """The final policy as a HF checkpoint (loadable by ``model.name_or_path=<path>``), in the compute dtype
+        (``model.dtype``; fp32 master weights are cast down, as the base checkpoint was stored)."""
+        from gdro.models import compute_dtype
+
+        dt = compute_dtype(self.policy)
+        state = None
+        if any(t.is_floating_point() and t.dtype != dt for t in self.policy.state_dict().values()):
+            state = {k: t.to(dt) if t.is_floating_point() else t for k, t in self.policy.state_dict().items()}
+        self.policy.save_pretrained(path, safe_serialization=True, state_dict=state)
         self.tokenizer.save_pretrained(path)

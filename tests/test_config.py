@@ -51,6 +51,30 @@ def test_paper_experiment_values():
     assert comp["reward"].incorrect == -1.0
 
 
+def test_paper_cfg_job_shows_device_precision_and_the_engines_memory(tmp_path):
+    """`gdro-train experiment=paper model=qwen3-1.7b rollout=vllm --cfg job`, as a user runs it."""
+    out = subprocess.run([sys.executable, "-m", "gdro.cli", "experiment=paper", "model=qwen3-1.7b", "rollout=vllm",
+                          "--cfg", "job"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
+    cfg = OmegaConf.create(out)
+    assert cfg.device == "auto"
+    assert cfg.model.dtype == "bfloat16" and cfg.model.master_dtype == "float32"
+    assert cfg.model.gradient_checkpointing is True and cfg.optim.micro_batch_tokens == 32768
+    assert cfg.rollout._target_ == "gdro.rollout.vllm.VLLMEngineConfig"
+    assert cfg.rollout.gpu_memory_utilization == 0.45 and cfg.rollout.enable_sleep_mode is False
+
+
+@pytest.mark.parametrize("name", [p.stem for p in (CONF / "memory").glob("*.yaml")])
+def test_memory_files_name_a_model_and_an_engine_and_compose(name):
+    """conf/memory/<model>-<rollout>.yaml is picked by the model and engine choices; each validates."""
+    model, rollout = name.rsplit("-", 1)
+    assert model in options("model") and rollout in options("rollout"), name
+    cfg = compose_cfg([f"model={model}", f"rollout={rollout}"])
+    built = build_components(cfg)
+    assert built["model"].gradient_checkpointing is True and built["optim"].micro_batch_tokens is not None
+    default = compose_cfg(["model=tiny", f"rollout={rollout}"])  # the tiny model has no memory file: defaults
+    assert default.optim.micro_batch_tokens is None and default.model.gradient_checkpointing is False
+
+
 @pytest.mark.parametrize("size", ["1.7B", "4B", "8B"])
 def test_qwen3_options_name_real_models(size):
     cfg = compose_cfg([f"model=qwen3-{size.lower()}"])

@@ -44,7 +44,7 @@ from gdro.trainer import RunConfig
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
-NOT_COMPONENT_GROUPS = {"experiment", "benchmarks"}  # presets (deltas of other groups) | lists of eval entries
+NOT_COMPONENT_GROUPS = {"experiment", "benchmarks", "memory"}  # presets (deltas of other groups) | eval entries | per-size deltas
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gdro.policy import autocast_context
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 
 
@@ -150,19 +151,20 @@ class HFGenerator:
     def _generate_chunk(self, rows: list[list[int]], sp: SamplingParams) -> tuple[list[list[int]], list[np.ndarray]]:
         """Completions (cut after the first EOS) and, when ``sp.logprobs``, their log-probs; [] otherwise."""
         input_ids, attention_mask = left_pad(rows, self.pad_id)
-        out = self.model.generate(
-            input_ids=input_ids.to(self.device),
-            attention_mask=attention_mask.to(self.device),
-            do_sample=True,
-            temperature=sp.temperature,
-            top_p=sp.top_p,
-            top_k=sp.top_k,
-            max_new_tokens=sp.max_new_tokens,
-            eos_token_id=self.eos_ids,
-            pad_token_id=self.pad_id,
-            return_dict_in_generate=True,
-            output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
-        )
+        with autocast_context(self.model):  # a policy with fp32 master weights samples in its compute dtype
+            out = self.model.generate(
+                input_ids=input_ids.to(self.device),
+                attention_mask=attention_mask.to(self.device),
+                do_sample=True,
+                temperature=sp.temperature,
+                top_p=sp.top_p,
+                top_k=sp.top_k,
+                max_new_tokens=sp.max_new_tokens,
+                eos_token_id=self.eos_ids,
+                pad_token_id=self.pad_id,
+                return_dict_in_generate=True,
+                output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
+            )
         new_dev = out.sequences[:, input_ids.shape[1] :]
         lp = sampled_logprobs(out.logits, new_dev, sp.temperature) if sp.logprobs else None
         new = new_dev.cpu()

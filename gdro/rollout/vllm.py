@@ -49,7 +49,7 @@ class VLLMEngineConfig:
     temperature: float = 1.0  # training-time sampling
     top_p: float = 1.0
     top_k: int = 0  # 0 disables top-k (vLLM's -1)
-    dtype: str | None = None  # engine weights dtype; None = the model spec's dtype (the trainer's weights are pushed as-is)
+    dtype: str | None = None  # engine weights dtype; None = the model spec's dtype (the policy's weights are cast to it on sync)
     max_model_len: int | None = None  # None = model.max_prompt_len + model.max_new_tokens
     max_num_seqs: int = 256  # sequences decoded concurrently
     max_num_batched_tokens: int | None = None  # None = max_num_seqs * max_model_len (no chunked prefill; see notes)
@@ -124,6 +124,7 @@ class VLLMGenerator:
         self.eos_ids = eos_token_ids(model, tokenizer)
         self.pad_id = pad_token_id(tokenizer, self.eos_ids)
         self.max_model_len = cfg.max_model_len or max_prompt_len + max_new_tokens
+        self.dtype = getattr(torch, cfg.dtype or dtype)  # the engine's weights (the policy's are cast on sync)
         vllm = _import_vllm(cfg)
         self._vllm = vllm
         kwargs = {
@@ -161,7 +162,9 @@ class VLLMGenerator:
         which the CPU backend keeps a stale lm_head.
         """
         self._wake(["weights"])
-        weights = [(name, t.detach()) for name, t in model.state_dict().items()]
+        # cast one tensor at a time to the engine's dtype (fp32 master weights -> bf16): no full second copy
+        weights = ((name, t.detach().to(self.dtype) if t.is_floating_point() else t.detach())
+                   for name, t in model.state_dict().items())
         with _contained_side_effects():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             self.llm.reset_prefix_cache()
