@@ -11,6 +11,7 @@ so GRPO has headroom: see ``build_tiny`` and ``scripts/build_tiny_model.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -331,6 +332,20 @@ def compute_dtype(model: torch.nn.Module) -> torch.dtype:
     """The dtype ``model``'s forwards compute in: ``spec.dtype`` for a model from :func:`load_model`, else its
     parameters' dtype. Differs from the parameters' dtype for a policy with fp32 master weights (autocast)."""
     return getattr(model, COMPUTE_DTYPE_ATTR, None) or next(model.parameters()).dtype
+
+
+def autocast_context(model) -> contextlib.AbstractContextManager:
+    """Autocast to the model's compute dtype (:func:`gdro.models.compute_dtype`) where it is lower precision than
+    its weights (fp32 master weights, ``dtype=bfloat16``), on any device; bf16 autocast for a bfloat16 model on
+    CUDA; nothing otherwise (a float32 run is unchanged). The log-probs stay float32 either way: the logits are
+    cast up before the log-softmax."""
+    p = next(model.parameters())
+    dt = compute_dtype(model)
+    if dt != p.dtype and dt in (torch.bfloat16, torch.float16) and p.dtype in (torch.float32, torch.float64):
+        return torch.autocast(p.device.type, dtype=dt)
+    if p.device.type == "cuda" and p.dtype == torch.bfloat16:
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None, train: bool = False):

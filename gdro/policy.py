@@ -18,7 +18,6 @@ mini-batch-wide counts.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,6 +26,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from gdro.loss import LossConfig, grpo_loss, per_response_mean
+from gdro.models import autocast_context
 from gdro.rollout.base import RolloutBatch
 
 
@@ -118,22 +118,6 @@ LOGITS_CHUNK_ELEMENTS = 2**26  # float32 logits alive at once (256 MiB): ~440 po
 # Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no soft-capping or scaling):
 # only these take the chunked path; any other model computes full logits and chunks the log-softmax only.
 SPLIT_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "llama", "mistral"})
-
-
-def autocast_context(model) -> contextlib.AbstractContextManager:
-    """Autocast to the model's compute dtype (:func:`gdro.models.compute_dtype`) where it is lower precision than
-    its weights (fp32 master weights, ``dtype=bfloat16``), on any device; bf16 autocast for a bfloat16 model on
-    CUDA; nothing otherwise (a float32 run is unchanged). The log-probs stay float32 either way: the logits are
-    cast up before the log-softmax."""
-    from gdro.models import compute_dtype
-
-    p = next(model.parameters())
-    dt = compute_dtype(model)
-    if dt != p.dtype and dt in (torch.bfloat16, torch.float16) and p.dtype in (torch.float32, torch.float64):
-        return torch.autocast(p.device.type, dtype=dt)
-    if p.device.type == "cuda" and p.dtype == torch.bfloat16:
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def _upcast(logits: torch.Tensor) -> torch.Tensor:

@@ -143,22 +143,29 @@ def random_rollouts(tokenizer, prompts: list[str], per_prompt: int, new_tokens: 
 
 def grpo_step(model, tokenizer, *, rollouts: int, per_prompt: int, new_tokens: int, optim_cfg: OptimConfig,
               loss_cfg: LossConfig, gen_rollouts: int | None = None, gen_tokens: int | None = None,
-              seed: int = 0) -> list[Phase]:
+              seed: int = 0, engine=None) -> list[Phase]:
     """Generation (``gen_rollouts`` x ``gen_tokens``, default the step's), reference log-probs and the update of one
-    GRPO step on ``rollouts`` x ``new_tokens`` (the generated batch when the sizes agree, else random tokens)."""
+    GRPO step on ``rollouts`` x ``new_tokens`` (the generated batch when the sizes agree, else random tokens).
+
+    ``engine``: a ``Generator`` following ``model`` (default: the HF engine on ``model``, EOS suppressed so every row
+    is full length). The reference model is a frozen copy in the model's compute dtype (bf16 for fp32 masters)."""
+    from gdro.models import compute_dtype
+
     device = next(model.parameters()).device
     gen_rollouts, gen_tokens = gen_rollouts or rollouts, gen_tokens or new_tokens
     task = CopyTask().train()
-    engine = HFGenerator(model, tokenizer, use_chat_template=True, max_prompt_len=128, batch_size=gen_rollouts)
-    model.generation_config.min_new_tokens = gen_tokens  # EOS suppressed until then: every row is full length
+    name = "vLLM engine" if engine is not None else "HF engine"
+    if engine is None:
+        engine = HFGenerator(model, tokenizer, use_chat_template=True, max_prompt_len=128, batch_size=gen_rollouts)
+        model.generation_config.min_new_tokens = gen_tokens  # EOS suppressed until then: every row is full length
     sampling = SamplingParams(max_new_tokens=gen_tokens)
-    ref = copy.deepcopy(model).eval().requires_grad_(False)
+    ref = copy.deepcopy(model).to(compute_dtype(model)).eval().requires_grad_(False)
     gen_prompts = [p.prompt for p in task[: gen_rollouts // per_prompt]]
-    roll, gen = measure(f"generate {gen_rollouts} x {gen_tokens} (HF engine)", gen_rollouts * gen_tokens, device,
+    roll, gen = measure(f"generate {gen_rollouts} x {gen_tokens} ({name})", gen_rollouts * gen_tokens, device,
                         lambda: engine.generate(gen_prompts, [per_prompt] * len(gen_prompts), seed=seed,
                                                 sampling=sampling))
-    assert int(roll.lengths.sum()) == gen_rollouts * gen_tokens, "a completion stopped early"
-    if (gen_rollouts, gen_tokens) != (rollouts, new_tokens):
+    gen.tokens = int(roll.lengths.sum())  # a random model's EOS is rare but possible without min_new_tokens
+    if (gen_rollouts, gen_tokens) != (rollouts, new_tokens) or gen.tokens != rollouts * new_tokens:
         prompts = [p.prompt for p in task[: rollouts // per_prompt]]
         roll = random_rollouts(tokenizer, prompts, per_prompt, new_tokens, seed)
         print(f"training on {rollouts} x {new_tokens} random completion tokens (same shapes as generated ones)")

@@ -7,8 +7,8 @@ Skipped unless ``vllm`` imports: ``scripts/test_vllm.sh`` builds ``.venv-vllm`` 
 from __future__ import annotations
 
 import copy
-import json
 import inspect
+import json
 import os
 import time
 from pathlib import Path
@@ -19,6 +19,9 @@ import torch
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+# the paper-suite fixtures' prompts are longer than the tiny model's 128 positions (its rotary embeddings extrapolate);
+# vLLM refuses such a max_model_len unless told, and reads this once per process (set before vllm is imported)
+os.environ.setdefault("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
 pytest.importorskip("vllm")
 
 from conftest import compose_cfg
@@ -179,9 +182,8 @@ def test_twenty_training_steps_behave_like_the_hf_engine(tmp_path: Path):
 
 # ---------------------------------------------------------------------------------------------------- gdro-eval
 def _eval(tmp_path: Path, overrides: list[str]) -> tuple[dict, dict]:
-    from tests.test_evaluator import compose_eval
-
     from gdro.evaluator import run_eval
+    from tests.test_evaluator import compose_eval
 
     metrics = run_eval(compose_eval(overrides), tmp_path)
     return metrics, json.loads((tmp_path / "eval.json").read_text())
@@ -194,20 +196,18 @@ def test_gdro_eval_on_vllm_matches_the_hf_engine_on_the_toy_suite(tmp_path: Path
     common = ["eval.k=8", "eval.max_problems=128"]
     vllm, record = _eval(tmp_path / "vllm", common + ["rollout=vllm"])
     hf, _ = _eval(tmp_path / "hf", common + ["rollout=hf"])
-    assert record["choices"]["rollout"] == "vllm" and record["config"]["rollout"]["_target_"].endswith("VLLMEngineConfig")
+    assert record["config"]["rollout"]["_target_"] == "gdro.rollout.vllm.VLLMEngineConfig"
     print(f"\n[vllm] gdro-eval toy: mean@8 vLLM {vllm['eval/mean@8']:.2f} HF {hf['eval/mean@8']:.2f}; "
           f"pass@8 vLLM {vllm['eval/pass@8']:.2f} HF {hf['eval/pass@8']:.2f}")
     assert vllm["eval/n_problems"] == hf["eval/n_problems"] == 128
     assert abs(vllm["eval/mean@8"] - hf["eval/mean@8"]) < EVAL_GAP
 
 
-def test_gdro_eval_on_vllm_runs_the_paper_suite(tmp_path: Path, monkeypatch):
+def test_gdro_eval_on_vllm_runs_the_paper_suite(tmp_path: Path):
+    """The seven benchmarks from local fixtures through vLLM (the plumbing: the tiny model cannot solve them)."""
     from tests.test_evaluator import PAPER_FILES, paper_overrides
 
-    # the fixtures' prompts are longer than the tiny model's 128 positions (rotary embeddings extrapolate; vLLM
-    # refuses a max_model_len past the config's unless told): only the plumbing is under test here
-    monkeypatch.setenv("VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1")
     metrics, record = _eval(tmp_path, paper_overrides(tmp_path) + ["rollout=vllm"])
     for name in PAPER_FILES:
         assert metrics[f"eval/{name}/n_problems"] >= 1, name
-    assert "eval/mean@1" in metrics and record["choices"]["rollout"] == "vllm"
+    assert "eval/mean@1" in metrics and record["config"]["rollout"]["_target_"] == "gdro.rollout.vllm.VLLMEngineConfig"

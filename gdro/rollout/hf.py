@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.policy import autocast_context
+from gdro.models import autocast_context
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 
 
