@@ -14,10 +14,20 @@ only one chunk's logits exist at a time, in the forward and in the backward, and
 positions are computed. Micro-batches may be formed by a token budget (``OptimConfig.micro_batch_tokens``) so that
 long responses do not run out of memory; gradient accumulation stays exact because the loss divides by
 mini-batch-wide counts.
+
+Shared prompt prefix (``OptimConfig.shared_prefix``, issue #11). A group's rollouts share their prompt, which is
+most of each sequence on short-answer tasks. With the option on, micro-batches hold whole groups
+(``group_micro_batches``: longest first, under the same row and token limits, a group split only when it cannot fit
+alone), and ``shared_prefix_logprobs`` runs each distinct prompt once, expands its KV cache to the group's rows and
+runs only the completions against it: the same log-probs and gradients up to float rounding (~1e-6 in float32),
+about 1.6x faster for the reference pass and the update on the toy step (``scripts/bench_shared_prefix.py``). HF
+activation checkpointing drops KV caches in training forwards, so a checkpointed policy's update falls back to one
+sequence per row (its no-grad passes still share).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -46,6 +56,7 @@ class OptimConfig:
     micro_batch_size: int = 128  # rollouts per forward/backward (gradient accumulation)
     micro_batch_tokens: int | None = None  # if set: micro-batches by padded tokens (rows × width) instead of rows
     skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
+    shared_prefix: bool = True  # encode each prompt once per micro-batch and reuse its KV cache for its group's rows
 
     def __post_init__(self) -> None:
         checks = [
@@ -65,6 +76,8 @@ class OptimConfig:
         for key, ok, why in checks:
             if not ok:
                 raise ValueError(f"{key} {why}, got {getattr(self, key)}")
+        if not isinstance(self.shared_prefix, bool):
+            raise TypeError(f"shared_prefix must be true or false, got {self.shared_prefix!r}")
 
     def make(self, params) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         opt = torch.optim.AdamW(
@@ -227,17 +240,183 @@ def micro_batches(roll: RolloutBatch, rows: np.ndarray, micro_batch_size: int,
     return out
 
 
+# ------------------------------------------------------------------------------------------ shared prompt prefix
+def group_micro_batches(roll: RolloutBatch, rows: np.ndarray, micro_batch_size: int,
+                        micro_batch_tokens: int | None = None) -> list[np.ndarray]:
+    """Split ``rows`` into micro-batches of whole groups (rows of one prompt) for :func:`shared_prefix_logprobs`,
+    under the same limits as :func:`micro_batches`: at most ``micro_batch_size`` rows, and with
+    ``micro_batch_tokens`` at most that many padded tokens ``rows × (longest prompt + longest completion)``.
+
+    Groups are taken longest first (prompt + longest completion), so groups of similar lengths share a micro-batch
+    and little is padded; a group is moved whole to the next micro-batch when it does not fit in the current one,
+    and split only when it does not fit in an empty one (a single row over the token budget goes alone). Rows
+    inside a micro-batch are in that order, not the caller's: results are keyed by row index.
+    """
+    rows = np.asarray(rows)
+    if len(rows) == 0:
+        return []
+    g_of = roll.group_index[rows]
+    p_len = np.array([len(roll.prompt_token_ids[g]) for g in g_of], dtype=np.int64)
+    c_len = np.array([max(len(roll.completion_ids[i]), 1) for i in rows], dtype=np.int64)
+    by_group: dict[int, list[int]] = {}
+    for k, g in enumerate(g_of):
+        by_group.setdefault(int(g), []).append(k)
+    groups = [sorted(ks, key=lambda k: -c_len[k]) for ks in by_group.values()]  # stable: longest completion first
+    groups.sort(key=lambda ks: (-(p_len[ks[0]] + c_len[ks[0]]), -c_len[ks[0]]))
+
+    def fits(n: int, p_w: int, c_w: int) -> bool:
+        return n <= micro_batch_size and (micro_batch_tokens is None or n * (p_w + c_w) <= micro_batch_tokens)
+
+    out: list[np.ndarray] = []
+    cur: list[int] = []
+    p_w = c_w = 0
+    for ks in groups:
+        gp, gc = int(p_len[ks[0]]), int(c_len[ks[0]])
+        if cur and not fits(len(cur) + len(ks), max(p_w, gp), max(c_w, gc)) and fits(len(ks), gp, gc):
+            out.append(rows[np.array(cur)])
+            cur, p_w, c_w = [], 0, 0
+        for k in ks:
+            p, c = max(p_w, gp), max(c_w, int(c_len[k]))
+            if cur and not fits(len(cur) + 1, p, c):
+                out.append(rows[np.array(cur)])
+                cur, p, c = [], gp, int(c_len[k])
+            cur.append(k)
+            p_w, c_w = p, c
+    if cur:
+        out.append(rows[np.array(cur)])
+    return out
+
+
+@dataclass
+class SharedTokenBatch:
+    """A micro-batch laid out for :func:`shared_prefix_logprobs`: each distinct prompt once, left-padded, and each
+    row's completion right-padded; ``row_prompt[j]`` is row ``j``'s prompt (an index into the prompts)."""
+
+    prompt_ids: torch.Tensor  # (G, P)
+    prompt_mask: torch.Tensor  # (G, P) 1 on prompt tokens
+    prompt_len: torch.Tensor  # (G,)
+    row_prompt: torch.Tensor  # (B,) long
+    completion: torch.Tensor  # (B, L) completion token ids (pad after the end)
+    mask: torch.Tensor  # (B, L) 1.0 on completion tokens
+
+
+def make_shared_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
+                      device: torch.device | str | None = None) -> SharedTokenBatch:
+    """The rows' prompts (once each) and completions, built on the CPU and moved to ``device``."""
+    rows = np.asarray(rows)
+    groups, row_prompt = np.unique(roll.group_index[rows], return_inverse=True)
+    prompts = [roll.prompt_token_ids[g] for g in groups]
+    comps = [roll.completion_ids[i] for i in rows]
+    p_w, c_w = max(len(p) for p in prompts), max(max(len(c) for c in comps), 1)
+    p_ids = torch.full((len(prompts), p_w), pad_id, dtype=torch.long)
+    p_att = torch.zeros((len(prompts), p_w), dtype=torch.long)
+    for j, p in enumerate(prompts):
+        if len(p):
+            p_ids[j, p_w - len(p):] = torch.tensor(p, dtype=torch.long)
+            p_att[j, p_w - len(p):] = 1
+    c_ids = torch.full((len(rows), c_w), pad_id, dtype=torch.long)
+    c_mask = torch.zeros((len(rows), c_w))
+    for j, c in enumerate(comps):
+        c_ids[j, : len(c)] = torch.tensor(c, dtype=torch.long)
+        c_mask[j, : len(c)] = 1.0
+    p_len = torch.tensor([len(p) for p in prompts], dtype=torch.long)
+    row_prompt = torch.as_tensor(row_prompt.reshape(-1), dtype=torch.long)
+    return SharedTokenBatch(p_ids.to(device), p_att.to(device), p_len.to(device), row_prompt.to(device),
+                            c_ids.to(device), c_mask.to(device))
+
+
+def _cache_kwarg(module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` (transformers >= 5.x) or ``past_key_values``."""
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def caches_dropped(model) -> bool:
+    """Whether a forward now would run without a KV cache: HF's activation checkpointing drops the cache in
+    training mode while gradients are recorded, so the shared-prefix path cannot be used then."""
+    if not (torch.is_grad_enabled() and model.training):
+        return False
+    return any(getattr(m, "gradient_checkpointing", False) is True for m in model.modules())
+
+
+def shared_prefix_logprobs(model, sb: SharedTokenBatch, temperature: float, *,
+                           chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
+    """The same ``(B, L)`` log-probs as :func:`completion_logprobs`, with each distinct prompt run once.
+
+    A forward over the ``G`` prompts (left-padded, ``use_cache=True``) gives their KV cache and the last prompt
+    position's hidden state (the logits of the first completion token); the cache is expanded to the ``B`` rows
+    (``Cache.reorder_cache``, an ``index_select``: gradients flow back into the prompt encoding), and a second
+    forward runs the completions (right-padded) against it, with the full attention mask (prompt + completion) and
+    positions continuing each prompt's own length. float32 log-softmax at ``temperature``, under
+    ``autocast_context(model)``; past ``chunk_elements`` logits the LM head and log-softmax run on chunks of real
+    positions as in :func:`completion_logprobs`. Padded positions hold 0 on the chunked path, finite values else.
+    """
+    from transformers import DynamicCache
+
+    dev = next(model.parameters()).device
+    p_ids, p_att = sb.prompt_ids.to(dev), sb.prompt_mask.to(dev)
+    p_pos = (p_att.cumsum(-1) - 1).clamp(min=0)
+    rows, tokens, mask = sb.row_prompt.to(dev), sb.completion.to(dev), sb.mask.to(dev)
+    b, width = tokens.shape
+    split = _split_head(model)
+    vocab = split[1].out_features if split is not None else model.config.vocab_size
+    net = split[0] if split is not None else model
+    kw = _cache_kwarg(net)
+    with autocast_context(model):
+        cache = DynamicCache(config=model.config)
+        extra = {}
+        if split is None and "logits_to_keep" in inspect.signature(model.forward).parameters:
+            extra["logits_to_keep"] = 1
+        out = net(input_ids=p_ids, attention_mask=p_att, position_ids=p_pos, use_cache=True, **{kw: cache}, **extra)
+        states = (out.last_hidden_state if split is not None else out.logits)[:, -1:].index_select(0, rows)
+        if width > 1:  # the last completion token predicts nothing: inputs are tokens 0 .. L-2
+            cache.reorder_cache(rows)
+            att = torch.cat([p_att.index_select(0, rows), mask[:, :-1].to(p_att.dtype)], dim=1)
+            pos = sb.prompt_len.to(dev).index_select(0, rows)[:, None] + torch.arange(width - 1, device=dev)
+            out = net(input_ids=tokens[:, :-1], attention_mask=att, position_ids=pos, use_cache=True, **{kw: cache})
+            states = torch.cat([states, out.last_hidden_state if split is not None else out.logits], dim=1)
+        del cache, out
+        head = split[1] if split is not None else torch.nn.Identity()
+        if b * width * vocab <= chunk_elements:
+            logits = _upcast(head(states)) / temperature
+            return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        real = mask != 0
+        lp = chunked_token_logprobs(head, states[real], tokens[real], temperature, chunk_elements)
+    res = torch.zeros(tokens.shape, dtype=lp.dtype, device=dev)
+    if lp.numel() == 0:  # no completion token at all: keep the output attached to the graph (zero gradient)
+        return res + 0.0 * states.sum().to(lp.dtype)
+    return res.index_put(real.nonzero(as_tuple=True), lp)
+
+
+def _micro_batches(roll: RolloutBatch, rows: np.ndarray, micro: int, micro_tokens: int | None,
+                   shared: bool) -> list[np.ndarray]:
+    return (group_micro_batches if shared else micro_batches)(roll, np.asarray(rows), micro, micro_tokens)
+
+
+def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, temp: float, shared: bool,
+                   device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log-probs, mask)``, both ``(B, L)``, of a micro-batch's rows: shared-prefix or one sequence per row."""
+    if shared and not caches_dropped(model) and all(len(roll.prompt_token_ids[g]) for g in roll.group_index[part]):
+        sb = make_shared_batch(roll, part, pad_id, device=device)
+        return shared_prefix_logprobs(model, sb, temp), sb.mask
+    tb = make_token_batch(roll, part, pad_id, device=device)
+    return completion_logprobs(model, tb, temp), tb.mask
+
+
 def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float,
-                     micro_tokens: int | None = None) -> list[torch.Tensor]:
+                     micro_tokens: int | None = None, *, shared_prefix: bool = False) -> list[torch.Tensor]:
     """Per-row log-probs (unpadded 1-D tensors on the model's device, in the order of ``rows``) without gradient,
-    in micro-batches (``micro_batches(roll, rows, micro, micro_tokens)``)."""
+    in micro-batches (``micro_batches(roll, rows, micro, micro_tokens)``; with ``shared_prefix``,
+    ``group_micro_batches`` and :func:`shared_prefix_logprobs`)."""
     at = {int(i): k for k, i in enumerate(rows)}
     out: list[torch.Tensor | None] = [None] * len(rows)
     device = next(model.parameters()).device
     with torch.no_grad():
-        for part in micro_batches(roll, np.asarray(rows), micro, micro_tokens):
-            tb = make_token_batch(roll, part, pad_id, device=device)
-            lp = completion_logprobs(model, tb, temp)
+        for part in _micro_batches(roll, rows, micro, micro_tokens, shared_prefix):
+            lp, _ = _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device)
             for j, i in enumerate(part):
                 out[at[int(i)]] = lp[j, : len(roll.completion_ids[i])]
     return out
@@ -279,12 +458,15 @@ def ppo_update(
     single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
     all_rows = np.arange(n)
     micro, micro_tokens = optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens
-    old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens)
+    shared = optim_cfg.shared_prefix
+    old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
+                                                     shared_prefix=shared)
     ref = None
     if loss_cfg.beta_kl > 0:
         if ref_model is None:
             raise ValueError("loss.beta_kl > 0 needs a reference model")
-        ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens)
+        ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
+                               shared_prefix=shared)
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
     sig_pg = np.zeros(n, dtype=np.float64)
     sig_kl = np.zeros(n, dtype=np.float64)
@@ -302,14 +484,13 @@ def ppo_update(
             n_seq = float((lengths[mb] > 0).sum()) if loss_cfg.agg == "seq-mean-token-mean" else float(len(mb))
             rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
             optimizer.zero_grad(set_to_none=True)
-            for part in micro_batches(roll, rows, micro, micro_tokens):
-                tb = make_token_batch(roll, part, pad_id, device=device)
-                logp = completion_logprobs(model, tb, temperature)
+            for part in _micro_batches(roll, rows, micro, micro_tokens, shared):
+                logp, mask = _part_logprobs(model, roll, part, pad_id, temperature, shared, device)
                 width = logp.shape[1]
                 old_lp = logp.detach() if old is None else _stack([old[i] for i in part], width)
                 ref_lp = None if ref is None else _stack([ref[i] for i in part], width)
                 loss, stats, terms = grpo_loss(
-                    logp, old_lp, adv[part].to(logp.device, logp.dtype), tb.mask,
+                    logp, old_lp, adv[part].to(logp.device, logp.dtype), mask,
                     clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high, beta_kl=loss_cfg.beta_kl,
                     ref_logp=ref_lp, kl_estimator=loss_cfg.kl_estimator, agg=loss_cfg.agg,
                     denom=n_tok if loss_cfg.agg == "token-mean" else n_seq, token_denom=n_tok,
@@ -317,9 +498,9 @@ def ppo_update(
                 )
                 loss.backward()
                 if epoch == 0:  # the controllers' per-response losses: reductions of the loss's own terms
-                    sig_pg[part] = per_response_mean(terms.pg, tb.mask).double().cpu().numpy()
+                    sig_pg[part] = per_response_mean(terms.pg, mask).double().cpu().numpy()
                     if terms.kl is not None:
-                        sig_kl[part] = per_response_mean(terms.kl, tb.mask).double().cpu().numpy()
+                        sig_kl[part] = per_response_mean(terms.kl, mask).double().cpu().numpy()
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + float(v)
                 totals["loss"] = totals.get("loss", 0.0) + float(loss.detach())

@@ -38,6 +38,14 @@ big-integer operation, a regex) overruns it until it returns; the magnitude guar
 (huge powers, factorials, binomials) away from sympy. **Off the main thread** there is no time bound, only
 the heuristics above.
 
+Exact-match fast path (``fast_path``, on by default; ``"boxed"`` mode only). When the last box holds the gold
+string verbatim (or, for a gold without backslashes, up to surrounding whitespace), the gold parses and is
+eligible (no ``boxed`` or ``answer`` inside it, not rejected by the magnitude guard; checked once per gold), the
+completion scores correct with status ``ok`` without calling math-verify: math-verify would parse the answer from
+the same ``\\boxed{...}`` text as the gold (its patterns ranked before the box one all need "final answer"), so
+it reaches the same string and ``verify`` accepts equal strings. Truncation, bad gold and a missing or blank box
+are decided before it, as before. It is not cached: a cache hit costs the same. ``fast_hits`` counts its hits.
+
 The reward never raises on model text. Results are ``ok``, ``unparsable``, ``timeout`` or ``error``: any
 other ``Exception`` while scoring one completion (in parse, the magnitude guard or verify; none is known
 since the zero-Float fix in ``_digits``, but sympy and math-verify change) is logged (a warning, once per
@@ -116,6 +124,7 @@ class RewardConfig:
     timeout_s: float = 1.0  # per parse and per verify (main thread only; see module docstring)
     answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction
     cache_size: int = 65_536  # LRU entries of (answer text, gold) -> result, and of parsed golds
+    fast_path: bool = True  # boxed answer == gold string (eligible golds only): correct without math-verify
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.correct) and math.isfinite(self.incorrect)):
@@ -306,6 +315,8 @@ class MathVerifyReward:
         self._extraction = _LATEX_ONLY if self.config.answer_mode == "boxed" else _LATEX_AND_EXPR
         self._results: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
         self._golds: OrderedDict[str, list] = OrderedDict()
+        self._fast_golds: OrderedDict[str, bool] = OrderedDict()  # gold -> eligible for the fast path
+        self.fast_hits = 0  # completions scored correct by the exact-match fast path (no math-verify call)
         self._logged_errors: set[type] = set()  # exception types already logged (once each)
 
     def __getattr__(self, name: str) -> Any:
@@ -341,6 +352,10 @@ class MathVerifyReward:
                 answer = tail(text, cfg.tail_chars, whole_tokens=True)
             if not answer or not answer.strip():
                 counts[UNPARSABLE] += 1
+                continue
+            if self._fast_match(answer, gold, gold_parsed):
+                self.fast_hits += 1
+                correct[i] = True
                 continue
             status, ok = self._check(answer, gold, gold_parsed)
             if status != OK:
@@ -378,6 +393,47 @@ class MathVerifyReward:
             parsed = []
         self._remember(self._golds, gold, parsed)
         return parsed
+
+    def _fast_match(self, answer: str, gold: str, gold_parsed: list) -> bool:
+        """Whether ``answer`` (a non-blank last box) is the gold verbatim, so math-verify's verdict is known.
+
+        Rule (all of it): ``fast_path`` is on; ``answer_mode="boxed"``; the gold is a ``str`` that parses
+        (checked by the caller) and is fast-path eligible (:meth:`_fast_gold`); and the answer equals the gold
+        exactly, or, for a gold without any backslash, after stripping surrounding whitespace from both. The
+        answer is then parsed from the same text ``\\boxed{gold}`` as the gold was (or from one differing
+        only in surrounding whitespace, which carries no meaning without LaTeX commands), so math-verify would
+        reach the same expression and the same fallback string, and ``verify`` accepts equal strings.
+        """
+        cfg = self.config
+        if not cfg.fast_path or cfg.answer_mode != "boxed" or not isinstance(gold, str):
+            return False
+        if answer != gold and ("\\" in gold or answer.strip() != gold.strip()):
+            return False
+        return self._fast_gold(gold, gold_parsed)
+
+    def _fast_gold(self, gold: str, gold_parsed: list) -> bool:
+        """Whether a parsed gold is fast-path eligible; cached per gold. Ineligible: a gold containing
+        ``boxed`` (math-verify reads a box inside it, ``last_boxed`` does not) or ``answer`` (math-verify's
+        "final answer is ..." patterns rank before its box pattern, and differently for gold and answer), and a
+        gold the magnitude guard rejects (an answer equal to it scores as a timeout, incorrect). A guard that
+        raises or times out makes the gold ineligible (not cached after a timeout)."""
+        hit = self._fast_golds.get(gold)
+        if hit is not None:
+            self._fast_golds.move_to_end(gold)
+            return hit
+        if "boxed" in gold or "answer" in gold.lower():
+            eligible = False
+        else:
+            try:
+                with _deadline(self.config.timeout_s):
+                    try:
+                        eligible = not _too_large(gold_parsed)
+                    except Exception:  # noqa: BLE001 -- math-verify's path then meets (logs, counts) it
+                        eligible = False
+            except _Deadline:
+                return False
+        self._remember(self._fast_golds, gold, eligible)
+        return eligible
 
     def _check(self, answer: str, gold: str, gold_parsed: list) -> tuple[str, bool]:
         """(status, correct) of one extracted answer text against a parsed gold; cached per (answer, gold)."""

@@ -223,6 +223,7 @@ class Trainer:
                 [p.prompt for p in probs], n, seed=derive_seed(run.seed, STREAM_ROLLOUT, step), sampling=self.train_sampling
             )
             t_gen = time.perf_counter() - t0
+            tr = time.perf_counter()
             # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
             scored = self.reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
             rewards = torch.as_tensor(scored.rewards, dtype=torch.float32)
@@ -231,6 +232,7 @@ class Trainer:
                 rewards, gidx, len(probs),
                 norm_by_std=self.loss_cfg.norm_adv_by_std, eps=self.loss_cfg.adv_eps, unbiased_std=self.loss_cfg.unbiased_std,
             )
+            t_reward = time.perf_counter() - tr
             # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
             tc = time.perf_counter()
             mult = self.sampler.loss_weights(bins, roll.group_index)
@@ -253,14 +255,16 @@ class Trainer:
             self.allocator.update(feedback)
             self.classifier.update(feedback)
             t_ctrl += time.perf_counter() - tc
+            ts = time.perf_counter()
             self.engine.sync_weights(self.policy)
+            t_sync = time.perf_counter() - ts
             row = {"step": step, **stats, **self._rollout_metrics(roll, scored, feedback.n_correct, adv, max_new)}
             row.update(self.reward.metrics(scored))
             row.update(self.sampler.metrics())
             row.update(self.allocator.metrics())
             row.update(self.classifier.metrics())
-            row.update({"time/gen_s": t_gen, "time/update_s": t_upd, "time/controller_s": t_ctrl,
-                        "time/step_s": time.perf_counter() - t0})
+            row.update({"time/gen_s": t_gen, "time/reward_s": t_reward, "time/update_s": t_upd,
+                        "time/controller_s": t_ctrl, "time/sync_s": t_sync, "time/step_s": time.perf_counter() - t0})
             if (step == run.steps and self.eval_cfg.at_end) or (self.eval_cfg.every and step % self.eval_cfg.every == 0):
                 row.update(self._evaluate())
             rows.append(self._log(row))

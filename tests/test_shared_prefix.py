@@ -1,0 +1,311 @@
+"""Shared-prefix log-probs (issue #11): each prompt encoded once per micro-batch, its KV cache reused by its rows.
+
+``shared_prefix_logprobs`` must be the same function as ``completion_logprobs`` (one prompt+completion sequence per
+row) up to float rounding: values, gradients of a GRPO loss, and a whole ``ppo_update``, on real rollouts of the
+tiny model with ragged group sizes (0, 1, ...), completions of length 1 and of the maximum length, and an empty one.
+
+Tolerances (float32, the tiny model): log-probs agree to ~2e-6 absolute (asserted 1e-5), gradients to ~1e-6 of
+each parameter's gradient norm (asserted 1e-4 relative); in float64 the log-probs are bit-identical
+(asserted 1e-10) and the gradients agree to ~6e-8 relative (float32 RMSNorm inside HF's Qwen3).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from gdro.loss import LossConfig, grpo_loss
+from gdro.models import ModelSpec, load_model
+from gdro.policy import (
+    OptimConfig,
+    caches_dropped,
+    completion_logprobs,
+    group_micro_batches,
+    logprobs_no_grad,
+    make_shared_batch,
+    make_token_batch,
+    micro_batches,
+    ppo_update,
+    shared_prefix_logprobs,
+)
+from gdro.rollout.base import SamplingParams
+from gdro.rollout.hf import HFGenerator
+
+MAX_NEW = 16
+ATOL_LP = 1e-5  # float32 log-probs, absolute
+RTOL_GRAD = 1e-4  # float32 gradients, relative to each parameter's gradient norm
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    model, tok = load_model(ModelSpec("tiny", max_prompt_len=64, max_new_tokens=MAX_NEW), train=True)
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def roll(tiny):
+    """Real rollouts: groups of 3, 0, 1, 6, 2 and 4 rows; one row cut to a single token, one emptied."""
+    model, tok = tiny
+    engine = HFGenerator(model, tok, use_chat_template=True, max_prompt_len=64)
+    prompts = ["Copy: " + p for p in ("ab", "abcdefghijkl", "xyz", "hello world", "q", "mnopqrstu")]
+    r = engine.generate(prompts, [3, 0, 1, 6, 2, 4], seed=0,
+                        sampling=SamplingParams(temperature=1.5, max_new_tokens=MAX_NEW))
+    model.train()
+    comps = [list(c) for c in r.completion_ids]
+    comps[1] = comps[1][:1]  # a one-token completion
+    comps[9] = []  # an empty completion (the engine always emits >= 1 token)
+    r = dataclasses.replace(r, completion_ids=comps)
+    lengths = r.lengths
+    assert lengths.max() == MAX_NEW and (lengths == 1).any() and (lengths == 0).any()
+    assert r.group_sizes.tolist() == [3, 0, 1, 6, 2, 4]
+    return r
+
+
+def _pad_id(tok):
+    return tok.pad_token_id
+
+
+def _unshared(model, roll, rows, pad_id, temp, **kw):
+    tb = make_token_batch(roll, rows, pad_id)
+    return completion_logprobs(model, tb, temp, **kw), tb.mask
+
+
+def _shared(model, roll, rows, pad_id, temp, **kw):
+    sb = make_shared_batch(roll, rows, pad_id)
+    return shared_prefix_logprobs(model, sb, temp, **kw), sb.mask
+
+
+def _grad_loss(lp, mask, adv):
+    loss, _, _ = grpo_loss(lp, lp.detach(), adv, mask, clip_low=0.2, clip_high=0.28, beta_kl=0.0, ref_logp=None,
+                           kl_estimator="k3", agg="token-mean", denom=float(mask.sum()))
+    return loss
+
+
+def _grads(model, fn, adv):
+    model.zero_grad(set_to_none=True)
+    lp, mask = fn()
+    # a GRPO loss with log-probs that differ from the "old" ones, so the ratio is not 1 everywhere
+    (_grad_loss(lp, mask, adv) + (lp * mask * 0.1).sum()).backward()
+    return lp.detach(), mask, {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+def _assert_grads_close(g_a, g_b, rtol):
+    assert g_a.keys() == g_b.keys()
+    for k in g_a:
+        scale = g_a[k].norm().item()
+        err = (g_b[k] - g_a[k]).norm().item()
+        assert err <= rtol * scale + 1e-12, (k, err, scale)
+
+
+# ------------------------------------------------------------------------------------------ log-probs
+@pytest.mark.parametrize("temp", [1.0, 0.7])
+def test_logprobs_equal_the_unshared_path(tiny, roll, temp):
+    model, tok = tiny
+    rows = np.arange(len(roll))
+    with torch.no_grad():
+        a, mask = _unshared(model, roll, rows, _pad_id(tok), temp)
+        b, mask_b = _shared(model, roll, rows, _pad_id(tok), temp)
+    assert a.shape == b.shape and torch.equal(mask, mask_b)
+    real = mask.bool()
+    assert (a - b)[real].abs().max().item() <= ATOL_LP
+    assert torch.isfinite(b).all()
+
+
+def test_logprobs_under_the_chunked_path(tiny, roll):
+    """A small chunk_elements forces the chunked LM head: same values; padded positions hold 0."""
+    model, tok = tiny
+    rows = np.arange(len(roll))
+    chunk = 5 * len(tok)  # 5 positions per chunk
+    with torch.no_grad():
+        a, mask = _unshared(model, roll, rows, _pad_id(tok), 0.9)
+        b, _ = _shared(model, roll, rows, _pad_id(tok), 0.9, chunk_elements=chunk)
+    real = mask.bool()
+    assert (a - b)[real].abs().max().item() <= ATOL_LP
+    assert (b[~real] == 0).all()
+
+
+@pytest.mark.parametrize("micro,tokens", [(3, None), (128, 60), (1, None), (128, None)])
+def test_logprobs_no_grad_in_any_micro_batching(tiny, roll, micro, tokens):
+    """Micro-batches that split groups (3 rows, 1 row, a token budget) or hold them all; rows in a scrambled order."""
+    model, tok = tiny
+    rows = np.random.default_rng(1).permutation(len(roll))
+    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
+    got = logprobs_no_grad(model, roll, rows, micro, _pad_id(tok), 1.0, tokens, shared_prefix=True)
+    if micro == 3:
+        parts = group_micro_batches(roll, rows, micro, tokens)
+        assert any(len(set(roll.group_index[p]) & set(roll.group_index[q])) for p in parts for q in parts
+                   if p is not q)  # some group really is split
+    for i, (w, g) in enumerate(zip(want, got)):
+        assert g.shape == w.shape == (len(roll.completion_ids[rows[i]]),)
+        if len(w):
+            assert (w - g).abs().max().item() <= ATOL_LP
+
+
+# ------------------------------------------------------------------------------------------ gradients
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_grpo_loss_gradients_equal(tiny, roll, chunk):
+    model, tok = tiny
+    rows = np.arange(len(roll))
+    kw = {} if chunk is None else {"chunk_elements": chunk * len(tok)}
+    adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(3))
+    a, mask, g_a = _grads(model, lambda: _unshared(model, roll, rows, _pad_id(tok), 1.0), adv)
+    b, _, g_b = _grads(model, lambda: _shared(model, roll, rows, _pad_id(tok), 1.0, **kw), adv)
+    assert (a - b)[mask.bool()].abs().max().item() <= ATOL_LP
+    _assert_grads_close(g_a, g_b, RTOL_GRAD)
+    assert "model.embed_tokens.weight" in g_b  # the prompt encoding receives gradient too
+
+
+def test_prompt_positions_receive_gradient(tiny, roll):
+    """Gradient flows back through the expanded KV cache into the prompt's hidden states (not only the last one)."""
+    model, tok = tiny
+    rows = np.flatnonzero(roll.group_index == 3)
+    sb = make_shared_batch(roll, rows, _pad_id(tok))
+    emb = model.get_input_embeddings()
+    seen = []
+
+    def keep(module, inputs, output):  # returns None: the output is left as it is
+        output.retain_grad()
+        seen.append(output)
+
+    handle = emb.register_forward_hook(keep)
+    try:
+        lp = shared_prefix_logprobs(model, sb, 1.0)
+        (lp * sb.mask).sum().backward()
+    finally:
+        handle.remove()
+        model.zero_grad(set_to_none=True)
+    prompt_emb = seen[0]  # the prompt forward's embeddings, (1, P, H)
+    assert prompt_emb.shape[0] == 1
+    assert (prompt_emb.grad[0].abs().sum(-1) > 0).all()  # every prompt position
+
+
+# ------------------------------------------------------------------------------------------ ppo_update
+@pytest.mark.parametrize("micro", [{"micro_batch_size": 4}, {"micro_batch_tokens": 90}])
+def test_ppo_update_equal(tiny, roll, micro):
+    """shared_prefix true vs false: same statistics, per-response losses and parameters (2 epochs x 2 mini-batches,
+    KL to a reference, micro-batches that split groups)."""
+    model, tok = tiny
+    adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(8))
+    adv[roll.group_index == 4] = 0.0  # some zero-advantage rows
+    loss_cfg = LossConfig(beta_kl=0.01)
+    results = []
+    for shared in (False, True):
+        policy = copy.deepcopy(model)
+        ref = copy.deepcopy(model).eval().requires_grad_(False)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, ppo_epochs=2, mini_batches=2, shared_prefix=shared, **micro)
+        opt, sched = cfg.make(policy.parameters())
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0,
+                                   pad_id=_pad_id(tok), rng=np.random.default_rng(0), ref_model=ref)
+        results.append((stats, losses, dict(policy.named_parameters())))
+    (s_a, l_a, p_a), (s_b, l_b, p_b) = results
+    assert s_a.keys() == s_b.keys()
+    for k in s_a:
+        if s_a[k] is not None:
+            assert s_b[k] == pytest.approx(s_a[k], rel=1e-4, abs=1e-6), k
+    np.testing.assert_allclose(l_b.pg, l_a.pg, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(l_b.kl, l_a.kl, rtol=1e-3, atol=1e-6)  # KL amplifies a log-ratio's rounding
+    start = dict(model.named_parameters())
+    for k in p_a:  # 4 AdamW steps at lr 1e-3: Adam's g / sqrt(v) turns float32 rounding into small moves
+        step = (p_a[k] - start[k]).norm()
+        assert (p_b[k] - p_a[k]).norm() <= 1e-3 * step + 1e-6 and (p_b[k] - p_a[k]).abs().max() <= 1e-4, k
+    assert any(not torch.equal(p_a[k], start[k]) for k in p_a)  # it did update
+
+
+def test_single_step_update_equal_without_reference(tiny, roll):
+    """The main job's shape: one epoch, one mini-batch, beta_kl = 0 (zero-advantage rows skipped), default micro."""
+    model, tok = tiny
+    adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(5))
+    adv[roll.group_index == 0] = 0.0
+    out = []
+    for shared in (False, True):
+        policy = copy.deepcopy(model)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, shared_prefix=shared)
+        opt, sched = cfg.make(policy.parameters())
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
+                                   pad_id=_pad_id(tok), rng=np.random.default_rng(0))
+        out.append((stats, losses, dict(policy.named_parameters())))
+    (s_a, l_a, p_a), (s_b, l_b, p_b) = out
+    for k in s_a:
+        if s_a[k] is not None:
+            assert s_b[k] == pytest.approx(s_a[k], rel=1e-4, abs=1e-6), k
+    np.testing.assert_allclose(l_b.pg, l_a.pg, rtol=1e-4, atol=1e-6)
+    for k in p_a:
+        assert (p_b[k] - p_a[k]).abs().max() <= 1e-4, k
+
+
+# ------------------------------------------------------------------------------------------ float64
+def test_float64_is_exact(tiny, roll):
+    """In float64 the log-probs agree to rounding (observed: bit for bit), so the shared path computes the same
+    function. The gradients agree to ~6e-8 relative only: HF's Qwen3 RMSNorm computes in float32 even in a float64
+    model, so backward float64 sums taken in a different order are rounded to float32 there (asserted 1e-6)."""
+    model, tok = tiny
+    m64 = copy.deepcopy(model).double()
+    rows = np.arange(len(roll))
+    adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    a, mask, g_a = _grads(m64, lambda: _unshared(m64, roll, rows, _pad_id(tok), 0.8), adv)
+    b, _, g_b = _grads(m64, lambda: _shared(m64, roll, rows, _pad_id(tok), 0.8), adv)
+    assert a.dtype == b.dtype == torch.float64
+    assert (a - b)[mask.bool()].abs().max().item() <= 1e-10
+    _assert_grads_close(g_a, g_b, 1e-6)
+
+
+# ------------------------------------------------------------------------------------------ micro-batches, options
+@pytest.mark.parametrize("micro,tokens", [(4, None), (8, None), (128, None), (128, 1), (128, 90), (128, 400)])
+def test_group_micro_batches(roll, micro, tokens):
+    rows = np.random.default_rng(2).permutation(len(roll))
+    parts = group_micro_batches(roll, rows, micro, tokens)
+    assert sorted(np.concatenate(parts).tolist()) == sorted(rows.tolist())  # every row exactly once
+    sizes = {int(g): int(s) for g, s in enumerate(roll.group_sizes)}
+    for p in parts:
+        assert len(p) <= micro
+        tb = make_token_batch(roll, p, pad_id=0)
+        assert len(p) == 1 or tokens is None or tb.input_ids.numel() <= tokens
+    # a group that fits in an empty micro-batch is never split
+    for g, size in sizes.items():
+        holding = [p for p in parts if (roll.group_index[p] == g).any()]
+        fits_alone = size <= micro and (tokens is None or size * (
+            len(roll.prompt_token_ids[g]) + max(1, max(len(roll.completion_ids[i]) for i in np.flatnonzero(
+                roll.group_index == g)))) <= tokens) if size else True
+        if fits_alone and size:
+            assert len(holding) == 1, (g, [p.tolist() for p in parts])
+    assert group_micro_batches(roll, np.array([], dtype=np.int64), 4) == []
+
+
+def test_group_micro_batches_pad_less(roll):
+    """Sorting by length: padded tokens of group micro-batches <= those of the in-order row split."""
+    rows = np.arange(len(roll))
+    pad = sum(make_token_batch(roll, p, 0).input_ids.numel() for p in group_micro_batches(roll, rows, 4))
+    old = sum(make_token_batch(roll, p, 0).input_ids.numel() for p in micro_batches(roll, rows, 4))
+    assert pad <= old
+
+
+def test_gradient_checkpointing_falls_back(tiny, roll):
+    """HF activation checkpointing drops the KV cache in training forwards: the update then uses one sequence per
+    row (same result), while no-grad passes still share the prompt."""
+    model, tok = tiny
+    ckpt, _ = load_model(ModelSpec("tiny", 64, MAX_NEW, gradient_checkpointing=True), tokenizer=tok, train=True)
+    ckpt.train()
+    assert caches_dropped(ckpt) and not caches_dropped(model)
+    with torch.no_grad():
+        assert not caches_dropped(ckpt)
+    adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(6))
+    out = []
+    for shared in (False, True):
+        policy = copy.deepcopy(ckpt)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=5, shared_prefix=shared)
+        opt, sched = cfg.make(policy.parameters())
+        stats, _ = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
+                              pad_id=_pad_id(tok), rng=np.random.default_rng(0))
+        out.append(stats)
+    for k in out[0]:
+        if out[0][k] is not None:
+            assert out[1][k] == pytest.approx(out[0][k], rel=1e-4, abs=1e-6), k
+
+
+def test_option_is_checked():
+    with pytest.raises(TypeError, match="shared_prefix"):
+        OptimConfig(shared_prefix="yes")
