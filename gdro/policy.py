@@ -28,6 +28,7 @@ sequence per row (its no-grad passes still share).
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -462,11 +463,13 @@ def ppo_update(
     old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
                                                      shared_prefix=shared)
     ref = None
+    t_ref = time.perf_counter()
     if loss_cfg.beta_kl > 0:
         if ref_model is None:
             raise ValueError("loss.beta_kl > 0 needs a reference model")
         ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
                                shared_prefix=shared)
+    t_ref = time.perf_counter() - t_ref
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
     sig_pg = np.zeros(n, dtype=np.float64)
     sig_kl = np.zeros(n, dtype=np.float64)
@@ -516,4 +519,5 @@ def ppo_update(
     out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
     out["train/lr"] = float(scheduler.get_last_lr()[0])
     out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
+    out["time/ref_s"] = t_ref  # the reference model's forward (0 without one)
     return out, ResponseLosses(pg=sig_pg, kl=sig_kl)

@@ -31,7 +31,14 @@ from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
 from gdro.loss import LossConfig
 from gdro.models import build_tokenizer
-from gdro.policy import LOGITS_CHUNK_ELEMENTS, OptimConfig, logprobs_no_grad, micro_batches, ppo_update
+from gdro.policy import (
+    LOGITS_CHUNK_ELEMENTS,
+    OptimConfig,
+    group_micro_batches,
+    logprobs_no_grad,
+    micro_batches,
+    ppo_update,
+)
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 from gdro.rollout.hf import HFGenerator, encode_prompts
 
@@ -175,14 +182,16 @@ def grpo_step(model, tokenizer, *, rollouts: int, per_prompt: int, new_tokens: i
     adv = group_advantages(rewards, torch.as_tensor(roll.group_index), roll.num_groups)
     pad_id, rows = engine.pad_id, np.arange(len(roll))
     _, ref_phase = measure("reference log-probs (no grad)", n_tok, device, lambda: logprobs_no_grad(
-        ref, roll, rows, optim_cfg.micro_batch_size, pad_id, 1.0, optim_cfg.micro_batch_tokens))
+        ref, roll, rows, optim_cfg.micro_batch_size, pad_id, 1.0, optim_cfg.micro_batch_tokens,
+        shared_prefix=optim_cfg.shared_prefix))
     opt, sched = optim_cfg.make(model.parameters())
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
     (stats, _), upd = measure("update (reference pass + fwd/bwd)", n_tok, device, lambda: ppo_update(
         model, opt, sched, roll, adv, loss_cfg, optim_cfg, temperature=1.0, pad_id=pad_id, rng=rng, ref_model=ref))
     changed = sum(int((p.detach() != before[k]).sum()) for k, p in model.named_parameters())
     total = sum(p.numel() for p in model.parameters())
-    parts = micro_batches(roll, rows, optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens)
+    split = group_micro_batches if optim_cfg.shared_prefix else micro_batches  # as ppo_update forms them
+    parts = split(roll, rows, optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens)
     print(f"update: {len(parts)} micro-batch(es) of <= {max(len(p) for p in parts)} rows; loss {stats['train/loss']:.4g}, "
           f"kl {stats['train/kl']:.3g}, grad_norm {stats['train/grad_norm']:.3g}; parameters changed by the step: "
           f"{changed / total:.1%} of {total:,}")

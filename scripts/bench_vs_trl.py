@@ -23,9 +23,9 @@ same character tokenizer, saved to a temporary directory so that both trainers l
 
 Ours: a real ``Trainer`` from ``gdro.build.build_trainer`` on the composed config (uniform sampler without
 shuffling, fixed allocator, no evaluation, checkpoints or saving); the time is the step's own ``time/step_s``
-(prompt sampling to the logged row; model loading and set-up excluded). Its split comes from the row
-(``time/gen_s``, ``time/update_s``) plus two probes added here: the reward's ``score`` call and the reference
-model's forwards (hooks), which ``time/update_s`` includes and which are shown apart from the update.
+(prompt sampling to the logged row; model loading and set-up excluded). Its split is the row's own
+(``time/gen_s``, ``time/reward_s``, ``time/ref_s`` and ``time/update_s``, which includes the reference forward and
+is shown without it).
 TRL: ``GRPOTrainer`` (``use_vllm=False``, transformers ``generate``) with its settings aligned (see
 ``trl_config``); the time is from ``on_step_begin`` to ``on_step_end`` of a callback (generation, reference
 log-probs, reward, loss, backward, optimiser and scheduler step; trainer set-up excluded). Its split: probes on
@@ -202,40 +202,24 @@ def our_overrides(path: str, args) -> list[str]:
 
 
 def run_ours(path: str, args, run_dir: Path) -> dict[str, float]:
+    """One step of a real trainer; its split is the trainer's own ``time/*`` keys."""
     from hydra import compose, initialize_config_dir
 
-    import gdro.build
-    import gdro.policy
+    from gdro.build import build_trainer
 
-    gdro.build.git_commit = lambda *a, **k: {"commit": "bench", "dirty": None}  # no git subprocess per run
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=our_overrides(path, args))
-    trainer = gdro.build.build_trainer(cfg, run_dir)
-    clock: dict[str, float] = defaultdict(float)
-    time_method(trainer.reward, "score", clock, "reward")
-    # the reference log-probs: ppo_update's logprobs_no_grad(ref_model, ...) call (a module global, looked up at
-    # call time; hooks would miss the shared-prefix path, which runs the backbone rather than the model)
-    no_grad = gdro.policy.logprobs_no_grad
-
-    def ref_logprobs(model, *a, **k):
-        t0 = time.perf_counter()
-        try:
-            return no_grad(model, *a, **k)
-        finally:
-            if model is trainer.ref_model:
-                clock["ref"] += time.perf_counter() - t0
-
-    gdro.policy.logprobs_no_grad = ref_logprobs
+    trainer = build_trainer(cfg, run_dir)
     torch.set_num_threads(args.threads)
     try:
         row = trainer.fit()[-1]
     finally:
-        gdro.policy.logprobs_no_grad = no_grad
         trainer.logger.close()
-    args.shared_prefix = getattr(trainer.optim_cfg, "shared_prefix", False)
-    step, gen, upd = row["time/step_s"], row["time/gen_s"], row["time/update_s"]
-    return {"step": step, "gen": gen, "reward": clock["reward"], "ref": clock["ref"], "update": upd - clock["ref"],
-            "other": step - gen - clock["reward"] - upd,
+    args.shared_prefix = trainer.optim_cfg.shared_prefix
+    step, gen, reward, upd, ref = (row[k] for k in ("time/step_s", "time/gen_s", "time/reward_s", "time/update_s",
+                                                    "time/ref_s"))
+    return {"step": step, "gen": gen, "reward": reward, "ref": ref, "update": upd - ref,
+            "other": step - gen - reward - upd,
             "completion_tokens": row["rollout/len_mean"] * row["rollout/n_total"], "reward_mean": row["reward/mean"]}
 
 

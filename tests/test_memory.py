@@ -200,7 +200,7 @@ def test_token_budget_update_equals_row_micro_batches(tiny):
     assert len(micro_batches(roll, np.arange(len(roll)), 128, 60)) > 2  # really several micro-batches
     assert s_a.keys() == s_b.keys()
     for k in s_a:
-        if s_a[k] is not None:
+        if s_a[k] is not None and not k.startswith("time/"):
             assert s_b[k] == pytest.approx(s_a[k], rel=1e-5, abs=1e-7), k
     np.testing.assert_allclose(l_b.pg, l_a.pg, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(l_b.kl, l_a.kl, rtol=1e-4, atol=1e-6)  # KL amplifies a log-ratio's rounding
