@@ -12,6 +12,7 @@ so GRPO has headroom: see ``build_tiny`` and ``scripts/build_tiny_model.py``.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import math
 import os
@@ -346,6 +347,15 @@ def autocast_context(model) -> contextlib.AbstractContextManager:
     if p.device.type == "cuda" and p.dtype == torch.bfloat16:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return contextlib.nullcontext()
+
+
+def cache_kwarg(module) -> str:
+    """The keyword a model's forward takes its KV cache by: ``cache`` (transformers >= 5.x) or ``past_key_values``."""
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
 
 
 def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None, train: bool = False):

@@ -37,7 +37,7 @@ import torch
 from torch.utils.checkpoint import checkpoint
 
 from gdro.loss import LossConfig, grpo_loss, per_response_mean
-from gdro.models import autocast_context
+from gdro.models import autocast_context, cache_kwarg
 from gdro.rollout.base import RolloutBatch
 
 
@@ -326,15 +326,6 @@ def make_shared_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
                             c_ids.to(device), c_mask.to(device))
 
 
-def _cache_kwarg(module) -> str:
-    """The keyword a model's forward takes its KV cache by: ``cache`` (transformers >= 5.x) or ``past_key_values``."""
-    try:
-        params = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError):
-        return "past_key_values"
-    return "cache" if "cache" in params else "past_key_values"
-
-
 def caches_dropped(model) -> bool:
     """Whether a forward now would run without a KV cache: HF's activation checkpointing drops the cache in
     training mode while gradients are recorded, so the shared-prefix path cannot be used then."""
@@ -365,7 +356,7 @@ def shared_prefix_logprobs(model, sb: SharedTokenBatch, temperature: float, *,
     split = _split_head(model)
     vocab = split[1].out_features if split is not None else model.config.vocab_size
     net = split[0] if split is not None else model
-    kw = _cache_kwarg(net)
+    kw = cache_kwarg(net)
     with autocast_context(model):
         cache = DynamicCache(config=model.config)
         extra = {}

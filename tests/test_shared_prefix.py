@@ -309,3 +309,38 @@ def test_gradient_checkpointing_falls_back(tiny, roll):
 def test_option_is_checked():
     with pytest.raises(TypeError, match="shared_prefix"):
         OptimConfig(shared_prefix="yes")
+
+
+# ------------------------------------------------------------------------------------------ generation
+def test_hf_generation_with_a_shared_prompt_cache_samples_the_same(tiny):
+    """rollout.shared_prefix: each distinct prompt is prefilled once and its rows decode from copies of its cache;
+    ragged n (0 and 1 included) and one prompt text in two groups. Same sampled tokens (up to a float-rounding tie,
+    none seen: 160 of 160 rows measured), same log-probs to 1e-5, deterministic."""
+    model, tok = tiny
+    prompts = ["Copy: 1 2 3.", "Copy: 9 8 7 6 5 4 3.", "Copy: 5.", "Copy: 1 2 3.", "Copy: 4 4 2 1 9."]
+    n = [8, 0, 1, 6, 5]
+    sp = SamplingParams(temperature=1.0, max_new_tokens=MAX_NEW, logprobs=True)
+    was = model.training
+    out = {}
+    for shared in (False, True, True):
+        eng = HFGenerator(model, tok, use_chat_template=True, max_prompt_len=64, shared_prefix=shared)
+        out.setdefault(shared, []).append(eng.generate(prompts * 8, n * 8, seed=4, sampling=sp))
+    model.train(was)
+    a, b = out[False][0], out[True][0]
+    assert out[True][1].completion_ids == b.completion_ids  # deterministic
+    assert len(a) == len(b) == 160 and a.group_index.tolist() == b.group_index.tolist()
+    same = [i for i in range(len(a)) if a.completion_ids[i] == b.completion_ids[i]]
+    assert len(same) >= 0.98 * len(a), f"{len(a) - len(same)} rows differ"
+    assert max(float(np.abs(a.logprobs[i] - b.logprobs[i]).max()) for i in same) < ATOL_LP
+
+
+def test_hf_engine_option_is_wired_from_the_config():
+    from gdro.rollout import make_engine
+    from gdro.rollout.hf import HFEngineConfig
+
+    model, tok = load_model(ModelSpec("tiny", max_prompt_len=64, max_new_tokens=MAX_NEW))
+    spec = ModelSpec("tiny", max_prompt_len=64, max_new_tokens=MAX_NEW)
+    assert make_engine(HFEngineConfig(), model, tok, spec).shared_prefix is True
+    assert make_engine(HFEngineConfig(shared_prefix=False), model, tok, spec).shared_prefix is False
+    with pytest.raises(TypeError, match="shared_prefix must be true or false"):
+        HFEngineConfig(shared_prefix="yes")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.models import autocast_context
+from gdro.models import autocast_context, cache_kwarg
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 
 
@@ -27,6 +27,7 @@ class HFEngineConfig:
     """Hyperparameters of the HF engine (conf/rollout/hf.yaml)."""
 
     batch_size: int = 512  # rollout rows per generate() call
+    shared_prefix: bool = True  # prefill each distinct prompt once per call; its rows decode from a copy of its cache
     temperature: float = 1.0  # training-time sampling
     top_p: float = 1.0
     top_k: int = 0
@@ -34,6 +35,8 @@ class HFEngineConfig:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if not isinstance(self.shared_prefix, bool):
+            raise TypeError(f"shared_prefix must be true or false, got {self.shared_prefix!r}")
         SamplingParams(self.temperature, self.top_p, self.top_k, 1)  # validates the sampling values
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
@@ -103,8 +106,10 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
 class HFGenerator:
     """Rollouts with ``model.generate`` (sampling), chunked into batches of ``batch_size`` rows."""
 
-    def __init__(self, model, tokenizer, *, use_chat_template: bool, max_prompt_len: int, batch_size: int = 512):
+    def __init__(self, model, tokenizer, *, use_chat_template: bool, max_prompt_len: int, batch_size: int = 512,
+                 shared_prefix: bool = False):
         self.model = model
+        self.shared_prefix = shared_prefix
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
         self.max_prompt_len = max_prompt_len
@@ -151,10 +156,13 @@ class HFGenerator:
     def _generate_chunk(self, rows: list[list[int]], sp: SamplingParams) -> tuple[list[list[int]], list[np.ndarray]]:
         """Completions (cut after the first EOS) and, when ``sp.logprobs``, their log-probs; [] otherwise."""
         input_ids, attention_mask = left_pad(rows, self.pad_id)
+        input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         with autocast_context(self.model):  # a policy with fp32 master weights samples in its compute dtype
+            cache = self._shared_prompt_cache(rows, input_ids, attention_mask) if self.shared_prefix else None
             out = self.model.generate(
-                input_ids=input_ids.to(self.device),
-                attention_mask=attention_mask.to(self.device),
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                **({cache_kwarg(self.model): cache} if cache is not None else {}),
                 do_sample=True,
                 temperature=sp.temperature,
                 top_p=sp.top_p,
@@ -177,6 +185,26 @@ class HFGenerator:
             if lp is not None:
                 logprobs.append(lp[i, :length].numpy().astype(np.float32))
         return completions, logprobs
+
+
+    def _shared_prompt_cache(self, rows: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        """The KV cache of every row's prompt but its last token, computed once per distinct prompt and expanded to
+        the rows (``None`` when no prompt repeats or one has fewer than 2 tokens). ``generate`` then runs only the
+        last prompt token and the new ones: the samples are those of the unshared prefill up to float rounding."""
+        from transformers import DynamicCache
+
+        first: dict[tuple[int, ...], int] = {}
+        row_prompt = [first.setdefault(tuple(r), len(first)) for r in rows]
+        if len(first) == len(rows) or min(len(r) for r in rows) < 2:
+            return None
+        uniq = torch.tensor([row_prompt.index(j) for j in range(len(first))], device=input_ids.device)
+        ids, att = input_ids.index_select(0, uniq)[:, :-1], attention_mask.index_select(0, uniq)[:, :-1]
+        pos = (att.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        self.model(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True, logits_to_keep=1,
+                   **{cache_kwarg(self.model): cache})
+        cache.reorder_cache(torch.tensor(row_prompt, device=input_ids.device))
+        return cache
 
 
 def sampled_logprobs(step_logits: Sequence[torch.Tensor], tokens: torch.Tensor, temperature: float) -> torch.Tensor:
