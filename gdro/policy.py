@@ -58,6 +58,7 @@ class OptimConfig:
     micro_batch_tokens: int | None = None  # if set: micro-batches by padded tokens (rows × width) instead of rows
     skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
     shared_prefix: bool = True  # encode each prompt once per micro-batch and reuse its KV cache for its group's rows
+    pack: bool = True  # with shared_prefix: a group's completions packed after its prompt in one sequence where it fits
 
     def __post_init__(self) -> None:
         checks = [
@@ -77,8 +78,9 @@ class OptimConfig:
         for key, ok, why in checks:
             if not ok:
                 raise ValueError(f"{key} {why}, got {getattr(self, key)}")
-        if not isinstance(self.shared_prefix, bool):
-            raise TypeError(f"shared_prefix must be true or false, got {self.shared_prefix!r}")
+        for key in ("shared_prefix", "pack"):
+            if not isinstance(getattr(self, key), bool):
+                raise TypeError(f"{key} must be true or false, got {getattr(self, key)!r}")
 
     def make(self, params) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
         opt = torch.optim.AdamW(
@@ -383,14 +385,185 @@ def shared_prefix_logprobs(model, sb: SharedTokenBatch, temperature: float, *,
     return res.index_put(real.nonzero(as_tuple=True), lp)
 
 
+# Packing limit: the block mask of a packed micro-batch (groups × width²) in elements; past it, the KV-cache path.
+PACK_MASK_ELEMENTS = 2**24
+PACK_ATTENTION = frozenset({"sdpa"})  # attention implementations that take a custom 4D boolean mask as given
+
+
+@dataclass
+class PackedBatch:
+    """A micro-batch laid out for :func:`packed_logprobs`. Each group becomes one span: its prompt, then each of its
+    rows' completions (all tokens but the last, which predicts nothing); spans are packed into sequences of the
+    longest span's width (first fit, longest first), so several short groups share one sequence.
+
+    ``group`` and ``segment`` say whose each position is (``group``: the span's index, -1 on padding; ``segment``: 0
+    for the prompt, ``j + 1`` for row ``j``'s completion); ``source[j, t]`` is the flat position
+    (``sequence × width + offset``) whose output predicts completion token ``t`` of row ``j``: its prompt's last
+    position for ``t = 0``, the row's own token ``t - 1`` after that."""
+
+    input_ids: torch.Tensor  # (S, W)
+    position_ids: torch.Tensor  # (S, W)
+    group: torch.Tensor  # (S, W) long
+    segment: torch.Tensor  # (S, W) long
+    source: torch.Tensor  # (B, L) long
+    completion: torch.Tensor  # (B, L) completion token ids (pad after the end)
+    mask: torch.Tensor  # (B, L) 1.0 on completion tokens
+
+    def attention_mask(self) -> torch.Tensor:
+        """``(S, 1, W, W)`` boolean, True where query position q may attend to key position k: causal (k <= q), in
+        the same span, and within the prompt or from a completion to the prompt and to its own earlier tokens; a
+        padding position attends only to itself (no query row is empty)."""
+        grp, seg = self.group, self.segment
+        width = seg.shape[1]
+        idx = torch.arange(width, device=seg.device)
+        causal = idx[None, :] <= idx[:, None]
+        same = (grp[:, :, None] == grp[:, None, :]) & (grp[:, :, None] >= 0)
+        sq, sk = seg[:, :, None], seg[:, None, :]
+        allowed = causal & same & ((sk == 0) | (sk == sq))
+        return (allowed | torch.eye(width, dtype=torch.bool, device=seg.device))[:, None]
+
+
+def _span_lengths(roll: RolloutBatch, rows: Sequence[int]) -> dict[int, int]:
+    """Each group's packed span: its prompt plus its rows' completions minus one token each."""
+    total: dict[int, int] = {}
+    for i in rows:
+        g = int(roll.group_index[i])
+        if g not in total:
+            total[g] = len(roll.prompt_token_ids[g])
+        total[g] += max(len(roll.completion_ids[i]) - 1, 0)
+    return total
+
+
+def _pack_spans(lengths: Sequence[int]) -> tuple[list[list[int]], int]:
+    """First-fit decreasing of spans into sequences of the longest span's width: ``(spans per sequence, width)``."""
+    width = max(lengths, default=0)
+    bins: list[list[int]] = []
+    free: list[int] = []
+    for k in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
+        for b, room in enumerate(free):
+            if lengths[k] <= room:
+                bins[b].append(k)
+                free[b] -= lengths[k]
+                break
+        else:
+            bins.append([k])
+            free.append(width - lengths[k])
+    return bins, width
+
+
+def packed_shape(roll: RolloutBatch, rows: Sequence[int]) -> tuple[int, int]:
+    """``(sequences, width)`` that :func:`make_packed_batch` would give ``rows``."""
+    bins, width = _pack_spans(list(_span_lengths(roll, rows).values()))
+    return len(bins), width
+
+
+def make_packed_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
+                      device: torch.device | str | None = None) -> PackedBatch:
+    """The rows packed by group (see :class:`PackedBatch`), built on the CPU and moved to ``device``."""
+    rows = np.asarray(rows)
+    groups, row_group = np.unique(roll.group_index[rows], return_inverse=True)
+    row_group = row_group.reshape(-1)
+    spans = [list(roll.prompt_token_ids[g]) for g in groups]
+    pos = [list(range(len(t))) for t in spans]
+    seg = [[0] * len(t) for t in spans]
+    comps = [roll.completion_ids[i] for i in rows]
+    c_w = max(max(len(c) for c in comps), 1)
+    where = np.zeros((len(rows), c_w, 2), dtype=np.int64)  # (span, offset in the span) of each source position
+    for j, c in enumerate(comps):
+        k = int(row_group[j])
+        p_len, start = len(roll.prompt_token_ids[groups[k]]), len(spans[k])
+        if len(c):
+            where[j, 0] = (k, p_len - 1)
+            where[j, 1 : len(c), 0] = k
+            where[j, 1 : len(c), 1] = start + np.arange(len(c) - 1)
+        spans[k].extend(c[:-1])
+        pos[k].extend(range(p_len, p_len + len(c) - 1))
+        seg[k].extend([j + 1] * (len(c) - 1))
+    bins, width = _pack_spans([len(t) for t in spans])
+    n_seq = len(bins)
+    ids = torch.full((n_seq, width), pad_id, dtype=torch.long)
+    position = torch.zeros((n_seq, width), dtype=torch.long)
+    group = torch.full((n_seq, width), -1, dtype=torch.long)
+    segment = torch.full((n_seq, width), -1, dtype=torch.long)
+    base = np.zeros(len(spans), dtype=np.int64)  # flat index of each span's first position
+    for b, members in enumerate(bins):
+        at = 0
+        for k in members:
+            n = len(spans[k])
+            ids[b, at : at + n] = torch.tensor(spans[k], dtype=torch.long)
+            position[b, at : at + n] = torch.tensor(pos[k], dtype=torch.long)
+            segment[b, at : at + n] = torch.tensor(seg[k], dtype=torch.long)
+            group[b, at : at + n] = k
+            base[k] = b * width + at
+            at += n
+    c_ids = torch.full((len(rows), c_w), pad_id, dtype=torch.long)
+    c_mask = torch.zeros((len(rows), c_w))
+    for j, c in enumerate(comps):
+        c_ids[j, : len(c)] = torch.tensor(c, dtype=torch.long)
+        c_mask[j, : len(c)] = 1.0
+    source = torch.as_tensor(base[where[..., 0]] + where[..., 1], dtype=torch.long)
+    return PackedBatch(ids.to(device), position.to(device), group.to(device), segment.to(device), source.to(device),
+                       c_ids.to(device), c_mask.to(device))
+
+
+def packable(model, roll: RolloutBatch, rows: Sequence[int], limit: int = PACK_MASK_ELEMENTS) -> bool:
+    """Whether :func:`packed_logprobs` can run ``rows``: an attention that takes a custom 4D mask (SDPA), every
+    prompt non-empty, and a block mask of at most ``limit`` elements."""
+    if getattr(getattr(model, "config", None), "_attn_implementation", None) not in PACK_ATTENTION:
+        return False
+    if not all(len(roll.prompt_token_ids[g]) for g in roll.group_index[np.asarray(rows)]):
+        return False
+    n_seq, width = packed_shape(roll, rows)
+    return n_seq * width * width <= limit
+
+
+def packed_logprobs(model, pb: PackedBatch, temperature: float, *,
+                    chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
+    """The same ``(B, L)`` log-probs as :func:`completion_logprobs`, with each group as ONE span of a sequence.
+
+    A group's prompt is followed by each of its rows' completions; a block attention mask
+    (:meth:`PackedBatch.attention_mask`) lets each completion see its prompt and its own earlier tokens only, and
+    positions restart after the prompt for every row, so each token sees exactly what it saw in its own
+    prompt+completion sequence. One forward, no KV cache (so it also runs under activation checkpointing), each
+    prompt once, and padding only where spans do not fill a sequence. float32 log-softmax at ``temperature`` under
+    ``autocast_context(model)``; past ``chunk_elements`` logits the LM head and log-softmax run on chunks of real
+    positions. Padded completion positions hold 0 on the chunked path, finite values else.
+    """
+    dev = next(model.parameters()).device
+    ids, pos, src = pb.input_ids.to(dev), pb.position_ids.to(dev), pb.source.to(dev)
+    tokens, mask = pb.completion.to(dev), pb.mask.to(dev)
+    b, width = tokens.shape
+    split = _split_head(model)
+    vocab = split[1].out_features if split is not None else model.config.vocab_size
+    net = split[0] if split is not None else model
+    att = pb.attention_mask().to(dev)
+    with autocast_context(model):
+        out = net(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=False)
+        flat = (out.last_hidden_state if split is not None else out.logits).flatten(0, 1)
+        head = split[1] if split is not None else torch.nn.Identity()
+        if b * width * vocab <= chunk_elements:
+            logits = _upcast(head(flat.index_select(0, src.reshape(-1)).view(b, width, -1))) / temperature
+            return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        real = mask != 0
+        lp = chunked_token_logprobs(head, flat.index_select(0, src[real]), tokens[real], temperature, chunk_elements)
+    res = torch.zeros(tokens.shape, dtype=lp.dtype, device=dev)
+    if lp.numel() == 0:  # no completion token at all: keep the output attached to the graph (zero gradient)
+        return res + 0.0 * flat.sum().to(lp.dtype)
+    return res.index_put(real.nonzero(as_tuple=True), lp)
+
+
 def _micro_batches(roll: RolloutBatch, rows: np.ndarray, micro: int, micro_tokens: int | None,
                    shared: bool) -> list[np.ndarray]:
     return (group_micro_batches if shared else micro_batches)(roll, np.asarray(rows), micro, micro_tokens)
 
 
 def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, temp: float, shared: bool,
-                   device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(log-probs, mask)``, both ``(B, L)``, of a micro-batch's rows: shared-prefix or one sequence per row."""
+                   device, pack: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log-probs, mask)``, both ``(B, L)``, of a micro-batch's rows: packed per group (``pack``, where
+    :func:`packable`), shared-prefix KV cache, or one sequence per row."""
+    if shared and pack and packable(model, roll, part):
+        pb = make_packed_batch(roll, part, pad_id, device=device)
+        return packed_logprobs(model, pb, temp), pb.mask
     if shared and not caches_dropped(model) and all(len(roll.prompt_token_ids[g]) for g in roll.group_index[part]):
         sb = make_shared_batch(roll, part, pad_id, device=device)
         return shared_prefix_logprobs(model, sb, temp), sb.mask
@@ -399,16 +572,17 @@ def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, tem
 
 
 def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float,
-                     micro_tokens: int | None = None, *, shared_prefix: bool = False) -> list[torch.Tensor]:
+                     micro_tokens: int | None = None, *, shared_prefix: bool = False,
+                     pack: bool = False) -> list[torch.Tensor]:
     """Per-row log-probs (unpadded 1-D tensors on the model's device, in the order of ``rows``) without gradient,
     in micro-batches (``micro_batches(roll, rows, micro, micro_tokens)``; with ``shared_prefix``,
-    ``group_micro_batches`` and :func:`shared_prefix_logprobs`)."""
+    ``group_micro_batches`` and :func:`shared_prefix_logprobs`, or :func:`packed_logprobs` with ``pack``)."""
     at = {int(i): k for k, i in enumerate(rows)}
     out: list[torch.Tensor | None] = [None] * len(rows)
     device = next(model.parameters()).device
     with torch.no_grad():
         for part in _micro_batches(roll, rows, micro, micro_tokens, shared_prefix):
-            lp, _ = _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device)
+            lp, _ = _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device, pack)
             for j, i in enumerate(part):
                 out[at[int(i)]] = lp[j, : len(roll.completion_ids[i])]
     return out
@@ -450,16 +624,16 @@ def ppo_update(
     single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
     all_rows = np.arange(n)
     micro, micro_tokens = optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens
-    shared = optim_cfg.shared_prefix
+    shared, pack = optim_cfg.shared_prefix, optim_cfg.pack
     old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
-                                                     shared_prefix=shared)
+                                                     shared_prefix=shared, pack=pack)
     ref = None
     t_ref = time.perf_counter()
     if loss_cfg.beta_kl > 0:
         if ref_model is None:
             raise ValueError("loss.beta_kl > 0 needs a reference model")
         ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
-                               shared_prefix=shared)
+                               shared_prefix=shared, pack=pack)
     t_ref = time.perf_counter() - t_ref
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
     sig_pg = np.zeros(n, dtype=np.float64)
@@ -479,7 +653,7 @@ def ppo_update(
             rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
             optimizer.zero_grad(set_to_none=True)
             for part in _micro_batches(roll, rows, micro, micro_tokens, shared):
-                logp, mask = _part_logprobs(model, roll, part, pad_id, temperature, shared, device)
+                logp, mask = _part_logprobs(model, roll, part, pad_id, temperature, shared, device, pack)
                 width = logp.shape[1]
                 old_lp = logp.detach() if old is None else _stack([old[i] for i in part], width)
                 ref_lp = None if ref is None else _stack([ref[i] for i in part], width)

@@ -45,6 +45,12 @@ completion scores correct with status ``ok`` without calling math-verify: math-v
 the same ``\\boxed{...}`` text as the gold (its patterns ranked before the box one all need "final answer"), so
 it reaches the same string and ``verify`` accepts equal strings. Truncation, bad gold and a missing or blank box
 are decided before it, as before. It is not cached: a cache hit costs the same. ``fast_hits`` counts its hits.
+Its mirror for wrong answers to integer golds: when the gold and the last box's content are both plain integers of
+at most 12 digits (``-?[0-9]+`` up to surrounding whitespace) with different values, the completion scores incorrect
+with status ``ok`` (``fast_rejects`` counts these). math-verify parses both to sympy Integers and compares them
+exactly; on 3,009 such pairs (leading zeros, signs, ±1 at 12 digits) its verdict equalled integer equality.
+Equal values written differently (``0217`` against ``217``) still go to math-verify. Toy golds and DAPO-Math's
+are integers, so most wrong answers on both skip math-verify.
 
 The reward never raises on model text. Results are ``ok``, ``unparsable``, ``timeout`` or ``error``: any
 other ``Exception`` while scoring one completion (in parse, the magnitude guard or verify; none is known
@@ -106,6 +112,7 @@ _MAX_DEPTH = 100  # an expression tree deeper than this is not measured: rejecte
 _MAX_TIMEOUT_S = 86_400.0  # setitimer overflows near 1e12 s; a day is far beyond any useful deadline
 _LOG10_2 = math.log10(2)
 _BOXED = "\\boxed{"
+_PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify compares exactly (fast reject path)
 _LEADING_TOKEN = re.compile(r"^\S*")
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 _LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
@@ -124,7 +131,7 @@ class RewardConfig:
     timeout_s: float = 1.0  # per parse and per verify (main thread only; see module docstring)
     answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction
     cache_size: int = 65_536  # LRU entries of (answer text, gold) -> result, and of parsed golds
-    fast_path: bool = True  # boxed answer == gold string (eligible golds only): correct without math-verify
+    fast_path: bool = True  # boxed answer == gold string: correct; unequal plain integers: incorrect (no math-verify)
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.correct) and math.isfinite(self.incorrect)):
@@ -317,6 +324,7 @@ class MathVerifyReward:
         self._golds: OrderedDict[str, list] = OrderedDict()
         self._fast_golds: OrderedDict[str, bool] = OrderedDict()  # gold -> eligible for the fast path
         self.fast_hits = 0  # completions scored correct by the exact-match fast path (no math-verify call)
+        self.fast_rejects = 0  # completions scored incorrect by the integer fast path (no math-verify call)
         self._logged_errors: set[type] = set()  # exception types already logged (once each)
 
     def __getattr__(self, name: str) -> Any:
@@ -342,8 +350,9 @@ class MathVerifyReward:
             if cfg.require_eos and not done:
                 counts["truncated"] += 1
                 continue
-            gold_parsed = self.parse_gold(gold)
-            if not gold_parsed:
+            plain = self._plain_gold(gold)  # a plain integer always parses: math-verify's parse only if needed
+            gold_parsed = None if plain else self.parse_gold(gold)
+            if not plain and not gold_parsed:
                 counts["bad_gold"] += 1
                 continue
             if cfg.answer_mode == "boxed":
@@ -353,10 +362,18 @@ class MathVerifyReward:
             if not answer or not answer.strip():
                 counts[UNPARSABLE] += 1
                 continue
-            if self._fast_match(answer, gold, gold_parsed):
+            if plain and answer.strip() == gold.strip() or not plain and self._fast_match(answer, gold, gold_parsed):
                 self.fast_hits += 1
                 correct[i] = True
                 continue
+            if plain and _PLAIN_INT.fullmatch(answer.strip()) and int(answer) != int(gold):
+                self.fast_rejects += 1
+                continue
+            if gold_parsed is None:
+                gold_parsed = self.parse_gold(gold)
+                if not gold_parsed:  # (cannot happen for a plain integer; kept so that no path skips the check)
+                    counts["bad_gold"] += 1
+                    continue
             status, ok = self._check(answer, gold, gold_parsed)
             if status != OK:
                 counts[status] += 1
@@ -410,6 +427,17 @@ class MathVerifyReward:
         if answer != gold and ("\\" in gold or answer.strip() != gold.strip()):
             return False
         return self._fast_gold(gold, gold_parsed)
+
+    def _plain_gold(self, gold: str) -> bool:
+        """Whether the fast paths can decide against ``gold`` without parsing it: ``fast_path`` on, ``"boxed"``
+        mode, and the gold a plain integer (``_PLAIN_INT`` up to surrounding whitespace, at most 12 digits), which
+        math-verify parses to an Integer and the magnitude guard accepts, so it is good and fast-path eligible.
+        Against such a gold, a last box holding the gold's digits (up to whitespace) is correct, and one holding a
+        plain integer of another value is incorrect (see the module docstring); anything else goes to
+        math-verify."""
+        cfg = self.config
+        return cfg.fast_path and cfg.answer_mode == "boxed" and isinstance(gold, str) \
+            and _PLAIN_INT.fullmatch(gold.strip()) is not None
 
     def _fast_gold(self, gold: str, gold_parsed: list) -> bool:
         """Whether a parsed gold is fast-path eligible; cached per gold. Ineligible: a gold containing

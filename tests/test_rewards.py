@@ -349,7 +349,7 @@ def test_exception_while_scoring_is_counted_as_error_logged_once_and_cached(monk
         return _prefix_guard(parsed)
 
     monkeypatch.setattr(rewards, "_too_large", guard)
-    r = MathVerifyReward(correct=1.0, incorrect=-1.0)
+    r = MathVerifyReward(correct=1.0, incorrect=-1.0, fast_path=False)  # math-verify's path (and its guard) only
     texts = ["\\boxed{0.0}", "\\boxed{-0.0}", "\\boxed{4}", "\\boxed{0.5}", "no box"]
     golds = ["0", "0", "4", "\\frac{1}{2}", "4"]
     with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
@@ -372,7 +372,7 @@ def test_keyboard_interrupt_while_scoring_propagates(monkeypatch):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(rewards, "_too_large", interrupted)
-    r = MathVerifyReward()
+    r = MathVerifyReward(fast_path=False)  # the integer fast path would decide without the guard
     with pytest.raises(KeyboardInterrupt):
         r.score(["\\boxed{4}"], ["4"], [True])
     assert not r._results  # nothing cached
@@ -430,7 +430,7 @@ class _Unformattable(str):
 
 
 def test_gold_parse_exception_counts_as_bad_gold(caplog):
-    r = MathVerifyReward()
+    r = MathVerifyReward(fast_path=False)  # (the fast paths never parse a plain-integer gold)
     with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
         b = r.score(["\\boxed{5}", "\\boxed{4}"], [_Unformattable("5"), "4"], [True, True])
     assert b.correct.tolist() == [False, True] and b.n_bad_gold == 1 and b.n_error == 0

@@ -26,9 +26,12 @@ from gdro.policy import (
     completion_logprobs,
     group_micro_batches,
     logprobs_no_grad,
+    make_packed_batch,
     make_shared_batch,
     make_token_batch,
     micro_batches,
+    packable,
+    packed_logprobs,
     ppo_update,
     shared_prefix_logprobs,
 )
@@ -74,9 +77,18 @@ def _unshared(model, roll, rows, pad_id, temp, **kw):
     return completion_logprobs(model, tb, temp, **kw), tb.mask
 
 
-def _shared(model, roll, rows, pad_id, temp, **kw):
+def _shared(model, roll, rows, pad_id, temp, packed=False, **kw):
+    """The KV-cache path, or (``packed``) each group as one sequence under a block mask."""
+    if packed:
+        pb = make_packed_batch(roll, rows, pad_id)
+        return packed_logprobs(model, pb, temp, **kw), pb.mask
     sb = make_shared_batch(roll, rows, pad_id)
     return shared_prefix_logprobs(model, sb, temp, **kw), sb.mask
+
+
+PATHS = pytest.mark.parametrize("packed", [False, True], ids=["kv-cache", "packed"])
+# the three ways ppo_update can run the same micro-batches
+CONFIGS = [{"shared_prefix": False}, {"shared_prefix": True, "pack": False}, {"shared_prefix": True, "pack": True}]
 
 
 def _grad_loss(lp, mask, adv):
@@ -102,39 +114,42 @@ def _assert_grads_close(g_a, g_b, rtol):
 
 
 # ------------------------------------------------------------------------------------------ log-probs
+@PATHS
 @pytest.mark.parametrize("temp", [1.0, 0.7])
-def test_logprobs_equal_the_unshared_path(tiny, roll, temp):
+def test_logprobs_equal_the_unshared_path(tiny, roll, temp, packed):
     model, tok = tiny
     rows = np.arange(len(roll))
     with torch.no_grad():
         a, mask = _unshared(model, roll, rows, _pad_id(tok), temp)
-        b, mask_b = _shared(model, roll, rows, _pad_id(tok), temp)
+        b, mask_b = _shared(model, roll, rows, _pad_id(tok), temp, packed)
     assert a.shape == b.shape and torch.equal(mask, mask_b)
     real = mask.bool()
     assert (a - b)[real].abs().max().item() <= ATOL_LP
     assert torch.isfinite(b).all()
 
 
-def test_logprobs_under_the_chunked_path(tiny, roll):
+@PATHS
+def test_logprobs_under_the_chunked_path(tiny, roll, packed):
     """A small chunk_elements forces the chunked LM head: same values; padded positions hold 0."""
     model, tok = tiny
     rows = np.arange(len(roll))
     chunk = 5 * len(tok)  # 5 positions per chunk
     with torch.no_grad():
         a, mask = _unshared(model, roll, rows, _pad_id(tok), 0.9)
-        b, _ = _shared(model, roll, rows, _pad_id(tok), 0.9, chunk_elements=chunk)
+        b, _ = _shared(model, roll, rows, _pad_id(tok), 0.9, packed, chunk_elements=chunk)
     real = mask.bool()
     assert (a - b)[real].abs().max().item() <= ATOL_LP
     assert (b[~real] == 0).all()
 
 
+@PATHS
 @pytest.mark.parametrize("micro,tokens", [(3, None), (128, 60), (1, None), (128, None)])
-def test_logprobs_no_grad_in_any_micro_batching(tiny, roll, micro, tokens):
+def test_logprobs_no_grad_in_any_micro_batching(tiny, roll, micro, tokens, packed):
     """Micro-batches that split groups (3 rows, 1 row, a token budget) or hold them all; rows in a scrambled order."""
     model, tok = tiny
     rows = np.random.default_rng(1).permutation(len(roll))
     want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
-    got = logprobs_no_grad(model, roll, rows, micro, _pad_id(tok), 1.0, tokens, shared_prefix=True)
+    got = logprobs_no_grad(model, roll, rows, micro, _pad_id(tok), 1.0, tokens, shared_prefix=True, pack=packed)
     if micro == 3:
         parts = group_micro_batches(roll, rows, micro, tokens)
         assert any(len(set(roll.group_index[p]) & set(roll.group_index[q])) for p in parts for q in parts
@@ -146,14 +161,15 @@ def test_logprobs_no_grad_in_any_micro_batching(tiny, roll, micro, tokens):
 
 
 # ------------------------------------------------------------------------------------------ gradients
+@PATHS
 @pytest.mark.parametrize("chunk", [None, 5])
-def test_grpo_loss_gradients_equal(tiny, roll, chunk):
+def test_grpo_loss_gradients_equal(tiny, roll, chunk, packed):
     model, tok = tiny
     rows = np.arange(len(roll))
     kw = {} if chunk is None else {"chunk_elements": chunk * len(tok)}
     adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(3))
     a, mask, g_a = _grads(model, lambda: _unshared(model, roll, rows, _pad_id(tok), 1.0), adv)
-    b, _, g_b = _grads(model, lambda: _shared(model, roll, rows, _pad_id(tok), 1.0, **kw), adv)
+    b, _, g_b = _grads(model, lambda: _shared(model, roll, rows, _pad_id(tok), 1.0, packed, **kw), adv)
     assert (a - b)[mask.bool()].abs().max().item() <= ATOL_LP
     _assert_grads_close(g_a, g_b, RTOL_GRAD)
     assert "model.embed_tokens.weight" in g_b  # the prompt encoding receives gradient too
@@ -193,15 +209,19 @@ def test_ppo_update_equal(tiny, roll, micro):
     adv[roll.group_index == 4] = 0.0  # some zero-advantage rows
     loss_cfg = LossConfig(beta_kl=0.01)
     results = []
-    for shared in (False, True):
+    for how in CONFIGS:
         policy = copy.deepcopy(model)
         ref = copy.deepcopy(model).eval().requires_grad_(False)
-        cfg = OptimConfig(lr=1e-3, warmup_steps=0, ppo_epochs=2, mini_batches=2, shared_prefix=shared, **micro)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, ppo_epochs=2, mini_batches=2, **how, **micro)
         opt, sched = cfg.make(policy.parameters())
         stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0,
                                    pad_id=_pad_id(tok), rng=np.random.default_rng(0), ref_model=ref)
         results.append((stats, losses, dict(policy.named_parameters())))
-    (s_a, l_a, p_a), (s_b, l_b, p_b) = results
+    for (s_a, l_a, p_a), (s_b, l_b, p_b) in [(results[0], results[1]), (results[0], results[2])]:
+        _assert_updates_close(model, s_a, l_a, p_a, s_b, l_b, p_b)
+
+
+def _assert_updates_close(model, s_a, l_a, p_a, s_b, l_b, p_b):
     assert s_a.keys() == s_b.keys()
     for k in s_a:
         if s_a[k] is not None and not k.startswith("time/"):
@@ -221,24 +241,26 @@ def test_single_step_update_equal_without_reference(tiny, roll):
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(5))
     adv[roll.group_index == 0] = 0.0
     out = []
-    for shared in (False, True):
+    for how in CONFIGS:
         policy = copy.deepcopy(model)
-        cfg = OptimConfig(lr=1e-3, warmup_steps=0, shared_prefix=shared)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, **how)
         opt, sched = cfg.make(policy.parameters())
         stats, losses = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
                                    pad_id=_pad_id(tok), rng=np.random.default_rng(0))
         out.append((stats, losses, dict(policy.named_parameters())))
-    (s_a, l_a, p_a), (s_b, l_b, p_b) = out
-    for k in s_a:
-        if s_a[k] is not None and not k.startswith("time/"):
-            assert s_b[k] == pytest.approx(s_a[k], rel=1e-4, abs=1e-6), k
-    np.testing.assert_allclose(l_b.pg, l_a.pg, rtol=1e-4, atol=1e-6)
-    for k in p_a:
-        assert (p_b[k] - p_a[k]).abs().max() <= 1e-4, k
+    s_a, l_a, p_a = out[0]
+    for s_b, l_b, p_b in out[1:]:
+        for k in s_a:
+            if s_a[k] is not None and not k.startswith("time/"):
+                assert s_b[k] == pytest.approx(s_a[k], rel=1e-4, abs=1e-6), k
+        np.testing.assert_allclose(l_b.pg, l_a.pg, rtol=1e-4, atol=1e-6)
+        for k in p_a:
+            assert (p_b[k] - p_a[k]).abs().max() <= 1e-4, k
 
 
 # ------------------------------------------------------------------------------------------ float64
-def test_float64_is_exact(tiny, roll):
+@PATHS
+def test_float64_is_exact(tiny, roll, packed):
     """In float64 the log-probs agree to rounding (observed: bit for bit), so the shared path computes the same
     function. The gradients agree to ~6e-8 relative only: HF's Qwen3 RMSNorm computes in float32 even in a float64
     model, so backward float64 sums taken in a different order are rounded to float32 there (asserted 1e-6)."""
@@ -247,7 +269,7 @@ def test_float64_is_exact(tiny, roll):
     rows = np.arange(len(roll))
     adv = torch.randn(len(rows), generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     a, mask, g_a = _grads(m64, lambda: _unshared(m64, roll, rows, _pad_id(tok), 0.8), adv)
-    b, _, g_b = _grads(m64, lambda: _shared(m64, roll, rows, _pad_id(tok), 0.8), adv)
+    b, _, g_b = _grads(m64, lambda: _shared(m64, roll, rows, _pad_id(tok), 0.8, packed), adv)
     assert a.dtype == b.dtype == torch.float64
     assert (a - b)[mask.bool()].abs().max().item() <= 1e-10
     _assert_grads_close(g_a, g_b, 1e-6)
@@ -294,21 +316,68 @@ def test_gradient_checkpointing_falls_back(tiny, roll):
         assert not caches_dropped(ckpt)
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(6))
     out = []
-    for shared in (False, True):
+    for how in CONFIGS:
         policy = copy.deepcopy(ckpt)
-        cfg = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=5, shared_prefix=shared)
+        cfg = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=5, **how)
         opt, sched = cfg.make(policy.parameters())
         stats, _ = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
                               pad_id=_pad_id(tok), rng=np.random.default_rng(0))
         out.append(stats)
-    for k in out[0]:
-        if out[0][k] is not None:
-            assert out[1][k] == pytest.approx(out[0][k], rel=1e-4, abs=1e-6), k
+    for other in out[1:]:  # (the packed path needs no KV cache: it runs under checkpointing as it is)
+        for k in out[0]:
+            if out[0][k] is not None and not k.startswith("time/"):
+                assert other[k] == pytest.approx(out[0][k], rel=1e-4, abs=1e-6), k
 
 
 def test_option_is_checked():
     with pytest.raises(TypeError, match="shared_prefix"):
         OptimConfig(shared_prefix="yes")
+    with pytest.raises(TypeError, match="pack"):
+        OptimConfig(pack=1)
+
+
+# ------------------------------------------------------------------------------------------ packing
+def test_packed_layout_and_mask(roll):
+    """Group 4 (2 rows) packed: its prompt once, then each row's completion but its last token; each completion
+    sees the prompt and its own earlier tokens only; positions restart after the prompt for each row."""
+    rows = np.flatnonzero(roll.group_index == 4)
+    pb = make_packed_batch(roll, rows, pad_id=0)
+    prompt = roll.prompt_token_ids[4]
+    c0, c1 = (roll.completion_ids[i] for i in rows)
+    p = len(prompt)
+    assert pb.input_ids[0].tolist()[: p + len(c0) - 1 + len(c1) - 1] == list(prompt) + list(c0[:-1]) + list(c1[:-1])
+    assert pb.position_ids[0, p : p + len(c0) - 1].tolist() == list(range(p, p + len(c0) - 1))
+    assert pb.position_ids[0, p + len(c0) - 1 : p + len(c0) - 1 + len(c1) - 1].tolist() == list(range(p, p + len(c1) - 1))
+    att = pb.attention_mask()[0, 0]
+    second = p + len(c0) - 1  # first position of row 1's segment
+    assert att[:p, :p].equal(torch.ones(p, p, dtype=torch.bool).tril())  # causal prompt
+    assert att[second, :p].all() and not att[second, p:second].any() and att[second, second]  # not row 0's tokens
+    assert pb.source[0, 0] == p - 1 and pb.source[1, 0] == p - 1  # the prompt's last state predicts token 0
+    assert pb.source[1, 1] == second
+
+
+def test_packable_needs_sdpa_and_a_mask_within_the_limit(tiny, roll):
+    model, tok = tiny
+    rows = np.arange(len(roll))
+    assert model.config._attn_implementation == "sdpa" and packable(model, roll, rows)
+    assert not packable(model, roll, rows, limit=10)
+    eager, _ = load_model(ModelSpec("tiny", 64, MAX_NEW, attn_implementation="eager"), tokenizer=tok)
+    assert not packable(eager, roll, rows)
+    # an eager model takes the KV-cache path inside ppo_update / logprobs_no_grad, with the same values
+    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
+    got = logprobs_no_grad(eager, roll, rows, 128, _pad_id(tok), 1.0, shared_prefix=True, pack=True)
+    assert max((w - g).abs().max().item() for w, g in zip(want, got) if len(w)) <= ATOL_LP
+
+
+def test_packing_pads_less_than_the_kv_cache_path(roll):
+    """Short groups share a sequence (first fit, longest first; the equivalence tests above run on this layout), and
+    fewer tokens are fed than prompts + padded completions on the KV-cache path."""
+    rows = np.arange(len(roll))
+    for part in group_micro_batches(roll, rows, 128):
+        pb, sb = make_packed_batch(roll, part, 0), make_shared_batch(roll, part, 0)
+        assert pb.input_ids.numel() < sb.prompt_ids.numel() + sb.completion.numel()
+        assert any(len(set(r.tolist()) - {-1}) > 1 for r in pb.group)
+        assert pb.input_ids.shape[0] < len(set(roll.group_index[part].tolist()))
 
 
 # ------------------------------------------------------------------------------------------ generation
