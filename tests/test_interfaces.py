@@ -111,14 +111,16 @@ def test_step_feedback_signals():
     for name in SIGNALS:
         sig = fb.signal(name)
         assert sig.dtype == np.float64 and sig.shape == (5,), name
-    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate"}
+    # frontier: each rollout carries its group's p(1 - p): group 0 solved 1 of 2, group 2 solved 2 of 3
+    np.testing.assert_allclose(fb.signal("frontier"), [0.25, 0.25, 2 / 9, 2 / 9, 2 / 9], rtol=0, atol=1e-15)
+    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier"}
     without_kl = StepFeedback(**valid(beta_kl=0.0))
     np.testing.assert_array_equal(without_kl.signal("pg_kl"), without_kl.signal("pg_loss"))
 
 
 @pytest.mark.parametrize("name", ["loss", "PG_LOSS", "", "correct"])
 def test_step_feedback_unknown_signal_raises(name):
-    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate'\)"):
+    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate', 'frontier'\)"):
         StepFeedback(**valid()).signal(name)
 
 

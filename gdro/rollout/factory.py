@@ -38,5 +38,5 @@ def make_engine(engine_cfg: Any, model: torch.nn.Module, tokenizer, spec) -> Gen
         return make_vllm_engine(engine_cfg, model, tokenizer, spec)  # loads spec's checkpoint, then syncs to `model`
     return HFGenerator(
         model, tokenizer, use_chat_template=spec.use_chat_template, max_prompt_len=spec.max_prompt_len,
-        batch_size=engine_cfg.batch_size, shared_prefix=engine_cfg.shared_prefix,
+        batch_size=engine_cfg.batch_size, shared_prefix=engine_cfg.shared_prefix, prune_every=engine_cfg.prune_every,
     )

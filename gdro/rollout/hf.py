@@ -8,6 +8,15 @@ Log-probs are computed only when asked for (``SamplingParams.logprobs``): then `
 step's raw logits (HF ``output_logits``: one float32 ``(batch, vocab)`` tensor per new token — at Qwen3's
 151,936-token vocabulary ~0.6 MB per row and token, so prefer a small ``batch_size``), and they are reduced one
 step at a time; without them no logits are kept at all.
+
+Finished rows leave the batch (``prune_every``, issue #11). ``generate`` decodes every row until the longest one
+ends, so on short-answer tasks most row-steps decode padding after an EOS (on the toy at the start of training:
+256 rows, ≈ 6 tokens each on average, up to 13). With ``prune_every = k > 0`` a call decodes ``k`` tokens at a time:
+after each phase the rows that produced an EOS are done, and ``generate`` continues the others from their own KV
+cache (index-selected to those rows; it then feeds only their last sampled token). Each row's samples follow the
+same distribution as in one call, and the log-probs the trainer recomputes match the engine's (tested), but the
+random stream is consumed differently, so the samples themselves differ from ``prune_every = 0`` (one call), as
+they differ with ``batch_size``.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ class HFEngineConfig:
 
     batch_size: int = 512  # rollout rows per generate() call
     shared_prefix: bool = True  # prefill each distinct prompt once per call; its rows decode from a copy of its cache
+    prune_every: int = 4  # > 0: decode this many tokens at a time and drop the rows that ended (0 = one generate())
     temperature: float = 1.0  # training-time sampling
     top_p: float = 1.0
     top_k: int = 0
@@ -37,6 +47,8 @@ class HFEngineConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if not isinstance(self.shared_prefix, bool):
             raise TypeError(f"shared_prefix must be true or false, got {self.shared_prefix!r}")
+        if self.prune_every < 0:
+            raise ValueError(f"prune_every must be >= 0 (0 = off), got {self.prune_every}")
         SamplingParams(self.temperature, self.top_p, self.top_k, 1)  # validates the sampling values
 
     def sampling(self, max_new_tokens: int) -> SamplingParams:
@@ -107,9 +119,10 @@ class HFGenerator:
     """Rollouts with ``model.generate`` (sampling), chunked into batches of ``batch_size`` rows."""
 
     def __init__(self, model, tokenizer, *, use_chat_template: bool, max_prompt_len: int, batch_size: int = 512,
-                 shared_prefix: bool = False):
+                 shared_prefix: bool = False, prune_every: int = 0):
         self.model = model
         self.shared_prefix = shared_prefix
+        self.prune_every = prune_every
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
         self.max_prompt_len = max_prompt_len
@@ -157,26 +170,50 @@ class HFGenerator:
         """Completions (cut after the first EOS) and, when ``sp.logprobs``, their log-probs; [] otherwise."""
         input_ids, attention_mask = left_pad(rows, self.pad_id)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
+        eos = torch.tensor(self.eos_ids, device=self.device)
+        n_rows, width = input_ids.shape
+        new = torch.full((n_rows, sp.max_new_tokens), self.pad_id, dtype=torch.long)
+        lp = torch.zeros((n_rows, sp.max_new_tokens), dtype=torch.float32) if sp.logprobs else None
+        live = torch.arange(n_rows, device=self.device)  # rows still decoding, as indices into the chunk
+        done = 0  # tokens decoded so far by every live row
         with autocast_context(self.model):  # a policy with fp32 master weights samples in its compute dtype
             cache = self._shared_prompt_cache(rows, input_ids, attention_mask) if self.shared_prefix else None
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                **({cache_kwarg(self.model): cache} if cache is not None else {}),
-                do_sample=True,
-                temperature=sp.temperature,
-                top_p=sp.top_p,
-                top_k=sp.top_k,
-                max_new_tokens=sp.max_new_tokens,
-                eos_token_id=self.eos_ids,
-                pad_token_id=self.pad_id,
-                return_dict_in_generate=True,
-                output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
-            )
-        new_dev = out.sequences[:, input_ids.shape[1] :]
-        lp = sampled_logprobs(out.logits, new_dev, sp.temperature) if sp.logprobs else None
-        new = new_dev.cpu()
-        is_eos = torch.isin(new, torch.tensor(self.eos_ids))
+            while done < sp.max_new_tokens and len(live):
+                step = sp.max_new_tokens - done if self.prune_every == 0 else min(self.prune_every,
+                                                                                   sp.max_new_tokens - done)
+                out = self.model.generate(
+                    input_ids=input_ids,
+                    attention_mask=attention_mask,
+                    **({cache_kwarg(self.model): cache} if cache is not None else {}),
+                    do_sample=True,
+                    temperature=sp.temperature,
+                    top_p=sp.top_p,
+                    top_k=sp.top_k,
+                    max_new_tokens=step,
+                    eos_token_id=self.eos_ids,
+                    pad_token_id=self.pad_id,
+                    return_dict_in_generate=True,
+                    output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
+                )
+                got = out.sequences[:, input_ids.shape[1] :]
+                k = got.shape[1]
+                new[live.cpu(), done : done + k] = got.cpu()
+                if lp is not None:
+                    lp[live.cpu(), done : done + k] = sampled_logprobs(out.logits, got, sp.temperature)
+                done += k
+                ended = torch.isin(got, eos).any(dim=1)
+                if self.prune_every == 0 or k < step or bool(ended.all()) or done >= sp.max_new_tokens:
+                    break
+                # continue the rows without an EOS from their own cache: it holds every token but the last sampled
+                cache, input_ids = out.past_key_values, out.sequences
+                if ended.any():
+                    keep = torch.nonzero(~ended).flatten()
+                    cache.reorder_cache(keep)
+                    input_ids, attention_mask = input_ids.index_select(0, keep), attention_mask.index_select(0, keep)
+                    live = live.index_select(0, keep)
+                attention_mask = torch.cat([attention_mask, attention_mask.new_ones((len(live), k))], dim=1)
+        new = new[:, :done]
+        is_eos = torch.isin(new, eos.cpu())
         completions, logprobs = [], []
         for i in range(new.shape[0]):
             hits = torch.nonzero(is_eos[i]).flatten()
@@ -185,7 +222,6 @@ class HFGenerator:
             if lp is not None:
                 logprobs.append(lp[i, :length].numpy().astype(np.float32))
         return completions, logprobs
-
 
     def _shared_prompt_cache(self, rows: list[list[int]], input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """The KV cache of every row's prompt but its last token, computed once per distinct prompt and expanded to
