@@ -113,6 +113,10 @@ _MAX_TIMEOUT_S = 86_400.0  # setitimer overflows near 1e12 s; a day is far beyon
 _LOG10_2 = math.log10(2)
 _BOXED = "\\boxed{"
 _PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify compares exactly (fast reject path)
+# A decimal literal with an E exponent of 6+ digits ("2E852868", "1.5E+900000", "2E-852868"): sympy turns it into an
+# exact number in one C call that the deadline cannot interrupt (measured 6-28 s; one such answer cost a training
+# step 22 s). Its exact value needs more than _MAX_DIGITS digits, so it scores as the magnitude guard would have it.
+_HUGE_EXPONENT = re.compile(r"[0-9]E[+-]?0*[1-9][0-9]{5,}")
 _LEADING_TOKEN = re.compile(r"^\S*")
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 _LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
@@ -480,6 +484,9 @@ class MathVerifyReward:
 
     def _verdict(self, text: str, gold_parsed: list) -> tuple[str, bool]:
         """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``)."""
+
+        if _HUGE_EXPONENT.search(text):
+            return TIMEOUT, False
 
         def parse_and_guard() -> tuple[str, list]:
             pred = parse(text, self._extraction, parsing_timeout=None)

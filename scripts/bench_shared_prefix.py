@@ -1,10 +1,18 @@
-"""Time the reference forward and the GRPO update with ``optim.shared_prefix`` on vs off (issue #11).
+"""Time the toy step's passes under each layout of issue #11's speed work, on the same rollouts.
 
 A realistic toy step: 32 prompts x 8 rollouts of the copy task from the real HF engine (the tiny model), β = 0.001
-(so the update runs the reference pass too), default micro-batching (128 rows). Prints the median of ``--repeats``
-runs of each phase, and the log-prob agreement of the two paths. CPU timings are noisy under load: repeat.
+(so the update runs the reference pass too), default micro-batching (128 rows). Three layouts of the reference
+forward and the GRPO update (``ppo_update``, which includes the reference forward):
 
-    python scripts/bench_shared_prefix.py --threads 2 --repeats 5
+* ``rows``   — one prompt+completion sequence per row (``optim.shared_prefix=false``);
+* ``kv``     — each prompt once per micro-batch, its KV cache expanded to its rows (``optim.pack=false``);
+* ``packed`` — each group one span (prompt, then every completion) under a block mask (the default).
+
+And generation of the same request with ``rollout.prune_every`` 0 (one ``generate`` call) and 4 (the default).
+Prints the median of ``--repeats`` runs of each, the tokens fed per layout, and the log-prob agreement with
+``rows``. CPU timings are noisy under load: run on a quiet machine, repeat.
+
+    python scripts/bench_shared_prefix.py --threads 1 --repeats 5
 """
 
 from __future__ import annotations
@@ -20,9 +28,31 @@ import torch
 from gdro.data.synthetic import CopyTask
 from gdro.loss import LossConfig
 from gdro.models import ModelSpec, load_model
-from gdro.policy import OptimConfig, logprobs_no_grad, ppo_update
+from gdro.policy import (
+    OptimConfig,
+    group_micro_batches,
+    logprobs_no_grad,
+    make_packed_batch,
+    make_shared_batch,
+    make_token_batch,
+    micro_batches,
+    ppo_update,
+)
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
+
+LAYOUTS = {"rows": {"shared_prefix": False}, "kv": {"shared_prefix": True, "pack": False},
+           "packed": {"shared_prefix": True, "pack": True}}
+
+
+def fed_tokens(roll, rows: np.ndarray, micro: int) -> dict[str, int]:
+    """Tokens each layout feeds the model (padding included) for ``rows``."""
+    return {
+        "rows": sum(make_token_batch(roll, p, 0).input_ids.numel() for p in micro_batches(roll, rows, micro)),
+        "kv": sum(b.prompt_ids.numel() + b.completion.numel()
+                  for b in (make_shared_batch(roll, p, 0) for p in group_micro_batches(roll, rows, micro))),
+        "packed": sum(make_packed_batch(roll, p, 0).input_ids.numel() for p in group_micro_batches(roll, rows, micro)),
+    }
 
 
 def main() -> None:
@@ -30,42 +60,52 @@ def main() -> None:
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--micro-batch-size", type=int, default=128)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = load_model(ModelSpec("tiny", max_prompt_len=64, max_new_tokens=16), train=True)
     ref = copy.deepcopy(model).eval().requires_grad_(False)
-    engine = HFGenerator(model, tok, use_chat_template=True, max_prompt_len=64)
     problems = CopyTask().sample_problems(args.prompts, np.random.default_rng(0))
-    roll = engine.generate([p.prompt for p in problems], [args.n] * args.prompts, seed=0,
-                           sampling=SamplingParams(temperature=1.0, max_new_tokens=16))
-    p_tok = sum(len(roll.prompt_token_ids[g]) for g in roll.group_index)
-    print(f"{len(roll)} rows, prompt tokens {p_tok}, completion tokens {int(roll.lengths.sum())}")
+    prompts, n = [p.prompt for p in problems], [args.n] * args.prompts
+    sp = SamplingParams(temperature=1.0, max_new_tokens=16)
+    engines = {k: HFGenerator(model, tok, use_chat_template=True, max_prompt_len=64, shared_prefix=True,
+                              prune_every=k) for k in (0, 4)}
+    roll = engines[0].generate(prompts, n, seed=0, sampling=sp)
+    pad = engines[0].pad_id
+    real = sum(len(roll.prompt_token_ids[g]) for g in range(roll.num_groups)) + int(roll.lengths.sum())
+    print(f"{len(roll)} rows; real tokens (each prompt once + completions) {real}")
     rows = np.arange(len(roll))
+    fed = fed_tokens(roll, rows, args.micro_batch_size)
+    print("tokens fed per pass: " + ", ".join(f"{k} {v} ({real / v:.0%} real)" for k, v in fed.items()))
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(0))
     loss_cfg = LossConfig(beta_kl=0.001)
-    times: dict[bool, dict[str, list[float]]] = {True: {"ref": [], "update": []}, False: {"ref": [], "update": []}}
+    times: dict[str, list[float]] = {f"{p} {k}": [] for p in ("ref", "update") for k in LAYOUTS}
+    times |= {f"generate prune_every={k}": [] for k in engines}
     lps = {}
-    for _ in range(args.repeats):
-        for shared in (False, True):
+    for rep in range(args.repeats):
+        for k, eng in engines.items():
             t0 = time.perf_counter()
-            lps[shared] = logprobs_no_grad(ref, roll, rows, args.micro_batch_size, engine.pad_id, 1.0,
-                                           shared_prefix=shared)
-            times[shared]["ref"].append(time.perf_counter() - t0)
+            eng.generate(prompts, n, seed=rep, sampling=sp)
+            times[f"generate prune_every={k}"].append(time.perf_counter() - t0)
+        for name, how in LAYOUTS.items():
+            t0 = time.perf_counter()
+            lps[name] = logprobs_no_grad(ref, roll, rows, args.micro_batch_size, pad, 1.0,
+                                         shared_prefix=how["shared_prefix"], pack=how.get("pack", False))
+            times[f"ref {name}"].append(time.perf_counter() - t0)
             policy = copy.deepcopy(model).train()
-            cfg = OptimConfig(lr=1e-4, warmup_steps=0, micro_batch_size=args.micro_batch_size, shared_prefix=shared)
+            cfg = OptimConfig(lr=1e-4, warmup_steps=0, micro_batch_size=args.micro_batch_size, **how)
             opt, sched = cfg.make(policy.parameters())
             t0 = time.perf_counter()
-            ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0, pad_id=engine.pad_id,
+            ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0, pad_id=pad,
                        rng=np.random.default_rng(0), ref_model=ref)
-            times[shared]["update"].append(time.perf_counter() - t0)
-    diff = max(float((a - b).abs().max()) for a, b in zip(lps[False], lps[True]) if len(a))
-    print(f"max |log-prob diff| shared vs unshared: {diff:.2e}")
-    for phase in ("ref", "update"):
-        off, on = statistics.median(times[False][phase]), statistics.median(times[True][phase])
-        print(f"{phase:>6}: off {off:.3f}s  on {on:.3f}s  speed-up x{off / on:.2f}   "
-              f"(off {[round(t, 3) for t in times[False][phase]]}, on {[round(t, 3) for t in times[True][phase]]})")
+            times[f"update {name}"].append(time.perf_counter() - t0)
+    for name in ("kv", "packed"):
+        diff = max(float((a - b).abs().max()) for a, b in zip(lps["rows"], lps[name]) if len(a))
+        print(f"max |log-prob diff| {name} vs rows: {diff:.2e}")
+    print(f"median of {args.repeats} at {args.threads} thread(s), seconds:")
+    for key, ts in times.items():
+        print(f"  {key:>24}: {statistics.median(ts):.3f}   {[round(t, 3) for t in ts]}")
 
 
 if __name__ == "__main__":

@@ -211,3 +211,26 @@ def test_adversarial_completions_never_raise_and_stay_within_the_time_bound(case
     for field in ("n_unparsable", "n_timeout", "n_error", "n_bad_gold"):
         assert getattr(batch, field) == sum(getattr(b, field) for b in verdicts), field
     assert batch.n_bad_gold > 0 and batch.n_timeout > 0 and batch.n_unparsable > 0  # every path was taken
+
+
+# Decimal literals with a huge E exponent: sympy builds the exact number in one C call that no deadline can
+# interrupt (measured: "2E852868" 28 s, "1.5E+900000" 25 s, "2E-852868" 6 s). "2E852868" was sampled by the tiny
+# model in a real training run (GRPO, seed 0, step 64), where it cost the step 22 s.
+HUGE_EXPONENTS = ["2E852868", "1.5E+900000", "2E-852868", "2.0E852868x", "7E0000123456", "12E100000"]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("answer", HUGE_EXPONENTS)
+def test_huge_exponent_literals_score_as_timeouts_at_once(answer):
+    r = MathVerifyReward(timeout_s=TIMEOUT_S)
+    t0 = time.perf_counter()
+    b = r.score([f"\\boxed{{{answer}}}"], ["28452683"], [True])
+    assert time.perf_counter() - t0 < BOUND_S
+    assert not b.correct[0] and b.n_timeout == 1 and b.n_error == 0
+
+
+def test_exponents_below_the_limit_are_still_scored_by_math_verify():
+    r = MathVerifyReward(timeout_s=5.0)
+    b = r.score(["\\boxed{2E5}", "\\boxed{1E3}", "\\boxed{3E99999}", "\\boxed{2e852868}"],
+                ["200000", "1000", "5", "5"], [True] * 4)
+    assert b.correct.tolist() == [True, True, False, False] and b.n_timeout == 0

@@ -171,7 +171,7 @@ class HFGenerator:
         input_ids, attention_mask = left_pad(rows, self.pad_id)
         input_ids, attention_mask = input_ids.to(self.device), attention_mask.to(self.device)
         eos = torch.tensor(self.eos_ids, device=self.device)
-        n_rows, width = input_ids.shape
+        n_rows = input_ids.shape[0]
         new = torch.full((n_rows, sp.max_new_tokens), self.pad_id, dtype=torch.long)
         lp = torch.zeros((n_rows, sp.max_new_tokens), dtype=torch.float32) if sp.logprobs else None
         live = torch.arange(n_rows, device=self.device)  # rows still decoding, as indices into the chunk
