@@ -89,6 +89,7 @@ class OnlineDifficultyClassifier:
         self.num_pass_bins = len(self.full_edges) - 1  # B: bins over the pass-rate
         self._unseen_bin = 0 if unseen == "hardest" else self.num_pass_bins
         self._moved_frac = float("nan")
+        self._batch_bins = np.zeros(0, dtype=np.int64)  # the last step's bins (as the controllers used them)
         self._attach([])
 
     # ---------------------------------------------------------------- pool
@@ -149,6 +150,7 @@ class OnlineDifficultyClassifier:
     def update(self, feedback: StepFeedback) -> None:
         """Record the step: each prompt's visit with its correct rollouts out of the rollouts it drew."""
         self.record(feedback.ids, feedback.n_correct, feedback.n)
+        self._batch_bins = np.asarray(feedback.bins, dtype=np.int64).copy()
 
     def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
         """Record one visit per entry: ``correct`` of ``total`` rollouts right (ragged totals allowed).
@@ -216,7 +218,10 @@ class OnlineDifficultyClassifier:
 
     # ---------------------------------------------------------------- logging
     def metrics(self) -> dict[str, float]:
-        """Seen fraction, mean pass-rate over seen prompts, bin changes at the last update, pool count per bin."""
+        """Seen fraction, mean pass-rate over seen prompts, bin changes at the last update, pool count per bin; and
+        the last step's batch as the controllers saw it, whatever the sampler: its share per bin
+        (``difficulty/batch/<bin>``) and its mean pass-rate bin over the prompts already seen
+        (``difficulty/batch_mean_bin``; bin 0 = hardest; NaN while the batch holds only unseen prompts)."""
         seen = self._bin >= 0
         out = {
             "difficulty/seen_frac": float(seen.mean()) if seen.size else 0.0,
@@ -225,6 +230,13 @@ class OnlineDifficultyClassifier:
         }
         counts = np.bincount(self.all_bins(), minlength=self.num_bins)
         out |= {f"difficulty/pool/{lab}": float(n) for lab, n in zip(self.bin_labels(), counts)}
+        batch = self._batch_bins
+        if batch.size:
+            share = np.bincount(batch, minlength=self.num_bins) / batch.size
+            out |= {f"difficulty/batch/{lab}": float(v) for lab, v in zip(self.bin_labels(), share)}
+            # unseen prompts are in bin 0 with unseen="hardest": then every prompt counts (no way to tell apart)
+            rated = batch[batch < self.num_pass_bins]
+            out["difficulty/batch_mean_bin"] = float(rated.mean()) if rated.size else float("nan")
         return out
 
     # ---------------------------------------------------------------- checkpointing

@@ -21,7 +21,7 @@ Student-t 95% half-width over seeds, plus the relative pass@k gain of the method
 (``100 * (m - m_GRPO) / m_GRPO``). Written as ``table.md`` and ``table.csv``.
 
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
-``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``.
+``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
 """
 
 from __future__ import annotations
@@ -560,9 +560,11 @@ def _fig_eval_curves(runs, groups, colors, path) -> bool:
 
 
 def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
+    """One heatmap (bin × step) per method, its first seed, of the keys ``gdro/<kind>/<bin>`` (or of ``kind``
+    itself when it is a key prefix ending in "/")."""
     import matplotlib.pyplot as plt
 
-    prefix = f"gdro/{kind}/"
+    prefix = kind if kind.endswith("/") else f"gdro/{kind}/"
     # the first seed (that logs the keys) of each method
     firsts = [next(r for r in rs if r.has(prefix)) for rs in groups.values() if any(r.has(prefix) for r in rs)]
     if not firsts:
@@ -604,7 +606,7 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
             steps, mean, _ = _over_seeds(have, key)
             ax.plot(steps, mean, color=colors[method], ls=style, alpha=0.2, lw=0.8)
             ax.plot(steps, _smooth(mean, max(1, len(steps) // 15)), color=colors[method], ls=style, lw=1.6,
-                    label=f"{display_name(method)} {key.removeprefix('gdro/')} (n={len(have)})")
+                    label=f"{display_name(method)} {key.split('/')[-1]} (n={len(have)})")
     _style_line_axes(ax, ylabel, title)
     return _save(fig, path)
 
@@ -621,7 +623,13 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
     made = []
     jobs = [
         ("eval_curves.png", lambda p: _fig_eval_curves(runs, groups, colors, p)),
-        ("bin_share_heatmap.png", lambda p: _fig_heatmap(runs, groups, "share", "realised bin share", p)),
+        # every sampler's batch (logged by the classifier); runs from before that key: Prompt-GDRO's own
+        ("bin_share_heatmap.png", lambda p: _fig_heatmap(
+            runs, groups, "difficulty/batch/" if any(r.has("difficulty/batch/") for r in runs) else "share",
+            "share of the batch per difficulty bin", p)),
+        ("mean_bin.png", lambda p: _fig_lines(groups, colors, [("difficulty/batch_mean_bin", "-")],
+                                              "mean bin of the batch (0 = hardest)",
+                                              "difficulty/batch_mean_bin: the batch's mean pass-rate bin", p)),
         ("weights_heatmap.png", lambda p: _fig_heatmap(runs, groups, "weight", "GDRO weight", p)),
         ("rollouts_heatmap.png", lambda p: _fig_heatmap(runs, groups, "rollouts", "rollouts per prompt", p)),
         ("lead_lag.png", lambda p: _fig_lines(groups, colors, [("gdro/lead_lag", "-")], "lead-lag",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from fractions import Fraction
@@ -379,3 +380,22 @@ def test_bind_update_and_load_validation_names_the_key():
     small.bind(pool("a"))
     with pytest.raises(ValueError, match="uids of the state are missing.*'b'"):
         small.load_state_dict(clf.state_dict())
+
+
+def test_batch_bins_are_logged_for_every_sampler():
+    """After update(): the step's batch share per bin (as classified before the step) and its mean pass-rate bin
+    over the prompts already seen; nothing about a batch before any update."""
+    from gdro.interfaces import StepFeedback
+
+    c = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
+    c.bind(pool("a", "b", "c", "d"))
+    assert not any(k.startswith("difficulty/batch") for k in c.metrics())
+    fb = StepFeedback(ids=np.array([0, 1, 2, 3]), bins=np.array([2, 0, 1, 1]), n=np.array([1, 1, 1, 1]),
+                      group_index=np.arange(4), correct=np.array([1, 0, 1, 1]), pg_loss=np.zeros(4), kl=np.zeros(4),
+                      beta_kl=0.0)
+    c.update(fb)
+    m = c.metrics()
+    assert [m[f"difficulty/batch/{lab}"] for lab in ("0", "1", "unseen")] == [0.25, 0.5, 0.25]
+    assert m["difficulty/batch_mean_bin"] == pytest.approx(2 / 3)  # the unseen prompt is left out
+    c.update(dataclasses.replace(fb, bins=np.array([2, 2, 2, 2])))
+    assert math.isnan(c.metrics()["difficulty/batch_mean_bin"])

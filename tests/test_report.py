@@ -182,6 +182,18 @@ def test_figures_skipped_without_keys(sweep: Path, tmp_path: Path):
     assert not (tmp_path / "figs" / "weights_heatmap.png").exists()
 
 
+def test_batch_bins_of_every_sampler_make_the_share_heatmap_and_the_mean_bin_figure(tmp_path: Path):
+    """The classifier logs the batch's bins whatever the sampler: GRPO gets a bin-share heatmap and a mean-bin line."""
+    d = make_run(tmp_path / "sw", "grpo/0", "uniform", "fixed", 0, 80.0)
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    for r in rows[1:]:
+        r |= {f"difficulty/batch/{b}": 1 / len(BINS) for b in BINS} | {"difficulty/batch_mean_bin": 5.0 - r["step"] / 3}
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    made = {p.name for p in make_figures(find_runs(tmp_path / "sw"), tmp_path / "figs")}
+    assert made == {"eval_curves.png", "bin_share_heatmap.png", "mean_bin.png"}
+    assert _is_png(tmp_path / "figs" / "mean_bin.png")
+
+
 def test_bin_order():
     assert sorted(BINS, key=bin_sort_key) == ["0", "1", "2", "10", "unseen"]
 
