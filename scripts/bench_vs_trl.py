@@ -215,7 +215,8 @@ def run_ours(path: str, args, run_dir: Path) -> dict[str, float]:
         row = trainer.fit()[-1]
     finally:
         trainer.logger.close()
-    args.shared_prefix = trainer.optim_cfg.shared_prefix
+    args.shared_prefix = trainer.optim_cfg.shared_prefix and trainer.optim_cfg.pack
+    args.prune_every = getattr(trainer.engine, "prune_every", 0)
     step, gen, reward, upd, ref = (row[k] for k in ("time/step_s", "time/gen_s", "time/reward_s", "time/update_s",
                                                     "time/ref_s"))
     return {"step": step, "gen": gen, "reward": reward, "ref": ref, "update": upd - ref,
@@ -352,7 +353,8 @@ def bench_size(size: str, args, rate: float, tmp: Path) -> float:
     med = {name: statistics.median(r["step"] for r in rs) for name, rs in results.items()}
     ratio = med["ours"] / med["trl"]
     if getattr(args, "shared_prefix", False):
-        print("  (ours: optim.shared_prefix on: each prompt encoded once per micro-batch, its KV cache reused)")
+        print("  (ours: optim.shared_prefix and optim.pack on: each group one span, its prompt once, under a block "
+              "mask; rollout.prune_every=" + str(getattr(args, "prune_every", "?")) + ": ended rows leave generation)")
     print(f"median s/step: ours {med['ours']:.2f}, trl {med['trl']:.2f}; ours/trl {ratio:.2f}")
     for name, rs in results.items():
         mid = sorted(rs, key=lambda r: r["step"])[len(rs) // 2]
