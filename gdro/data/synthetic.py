@@ -27,6 +27,7 @@ tailed level distribution; long-level strings are almost all distinct.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -84,16 +85,29 @@ def _exact_counts(probs: np.ndarray, total: int) -> np.ndarray:
     return counts
 
 
-def _random_strings(level: int, n: int, rng: np.random.Generator, exclude: frozenset[str]) -> list[str]:
-    """``n`` digit strings of length ``level`` drawn uniformly (with replacement) from those not in ``exclude``."""
+def _random_strings(level: int, n: int, rng: np.random.Generator, exclude: frozenset[str],
+                    repeat_p: float = 0.0) -> list[str]:
+    """``n`` digit strings of length ``level`` not in ``exclude``, drawn with replacement: uniformly, or with
+    ``repeat_p > 0`` as a "sticky" chain (each digit repeats the previous one with probability ``repeat_p``, else
+    is one of the 8 others uniformly), which packs runs of equal digits into the string."""
     out: list[str] = []
     while len(out) < n:
         draws = rng.integers(0, len(DIGITS), size=(n - len(out), level))
+        if repeat_p > 0:
+            stay = rng.random(size=draws.shape) < repeat_p
+            step = rng.integers(1, len(DIGITS), size=draws.shape)
+            for t in range(1, level):
+                draws[:, t] = np.where(stay[:, t], draws[:, t - 1], (draws[:, t - 1] + step[:, t]) % len(DIGITS))
         for row in draws:
             s = "".join(DIGITS[d] for d in row)
             if s not in exclude:
                 out.append(s)
     return out
+
+
+def adjacent_repeats(digits: str) -> int:
+    """Positions where a digit equals the one before it (the "sticky" task's hidden difficulty)."""
+    return sum(a == b for a, b in itertools.pairwise(digits))
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,9 @@ class CopyTask:
         zipf_a: Zipf exponent (heavier tail for smaller a).
         geo_p: ratio between the probabilities of consecutive levels for "geometric".
         seed: data seed, independent of the run seed.
+        sticky_frac: fraction of each level's problems (train and test) drawn as sticky strings: runs of repeated
+            digits (``sticky_p``), a difficulty the level label does not carry (0 = none, the default task).
+        sticky_p: probability that a sticky string's digit repeats the previous one.
     """
 
     min_level: int = 1
@@ -118,6 +135,8 @@ class CopyTask:
     zipf_a: float = 1.0
     geo_p: float = 0.8
     seed: int = 1234
+    sticky_frac: float = 0.0
+    sticky_p: float = 0.7
 
     def __post_init__(self) -> None:
         if not 1 <= self.min_level <= 20:
@@ -136,6 +155,10 @@ class CopyTask:
             raise ValueError(f"geo_p must be in (0, 1], got {self.geo_p}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
+        if not 0 <= self.sticky_frac <= 1:
+            raise ValueError(f"sticky_frac must be in [0, 1], got {self.sticky_frac}")
+        if not 0 <= self.sticky_p < 1:
+            raise ValueError(f"sticky_p must be in [0, 1), got {self.sticky_p}")
 
     # -- distribution ---------------------------------------------------------------------------------------
     @property
@@ -165,11 +188,19 @@ class CopyTask:
         out: list[tuple[int, str]] = []
         for level in self.levels.tolist():
             want, seen = self.test_size_of(level), set()
-            while len(seen) < want:  # distinct strings, in order of first draw
-                s = _random_strings(level, 1, rng, frozenset(seen))[0]
+            sticky = self._sticky_count(level, want)
+            while len(seen) < want:  # distinct strings, in order of first draw (the sticky ones first)
+                p = self.sticky_p if len(seen) < sticky else 0.0
+                s = _random_strings(level, 1, rng, frozenset(seen), repeat_p=p)[0]
                 seen.add(s)
                 out.append((level, s))
         return out
+
+    def _sticky_count(self, level: int, n: int) -> int:
+        """How many of ``n`` problems at ``level`` are sticky (none at shared levels, nor below 2 digits)."""
+        if self.sticky_frac == 0 or level < 2 or self.is_shared(level):
+            return 0
+        return round(self.sticky_frac * n)
 
     def test_strings(self) -> frozenset[str]:
         """Held-out digit strings that train and SFT problems must avoid (those of shared levels excepted)."""
@@ -185,8 +216,12 @@ class CopyTask:
         _, rng = self._rngs()
         exclude = self.test_strings()
         counts = _exact_counts(self.level_probs(), self.train_size)
-        rows = [(level, s) for level, n in zip(self.levels.tolist(), counts.tolist())
-                for s in _random_strings(level, n, rng, exclude)]
+        rows = []
+        for level, n in zip(self.levels.tolist(), counts.tolist()):
+            sticky = self._sticky_count(level, n)
+            if sticky:
+                rows += [(level, s) for s in _random_strings(level, sticky, rng, exclude, repeat_p=self.sticky_p)]
+            rows += [(level, s) for s in _random_strings(level, n - sticky, rng, exclude)]
         order = rng.permutation(len(rows))
         return [Problem(f"copy/train/{i:06d}", copy_prompt(rows[j][1]), rows[j][1], rows[j][0])
                 for i, j in enumerate(order.tolist())]
