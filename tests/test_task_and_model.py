@@ -243,3 +243,29 @@ def test_unavailable_hub_model_gives_clear_error(monkeypatch):
 def test_missing_local_dir_gives_clear_error(tmp_path):
     with pytest.raises(ModelUnavailableError, match="does not hold a loadable model"):
         load_model(ModelSpec(str(tmp_path / "nothing"), max_prompt_len=64, max_new_tokens=4))
+
+
+def test_sticky_strings_are_a_share_of_each_level_with_runs_of_repeated_digits():
+    """data.sticky_frac: per level (2+ digits, not shared) that share of train and test problems is drawn as a sticky
+    chain; levels keep their exact counts, test strings stay distinct and disjoint from train, and the default task
+    (sticky_frac 0) is unchanged."""
+    from gdro.data.synthetic import adjacent_repeats
+
+    plain, sticky = CopyTask(), CopyTask(sticky_frac=0.5, sticky_p=0.7)
+    assert [(p.prompt, p.answer) for p in CopyTask(sticky_frac=0.0).train()] == \
+        [(p.prompt, p.answer) for p in plain.train()]
+    train, test = sticky.train(), sticky.test()
+    assert [p.level for p in test] == [p.level for p in plain.test()]
+    assert sorted(p.level for p in train) == sorted(p.level for p in plain.train())
+    assert len({p.answer for p in test}) == len(test)
+    assert not ({p.answer for p in train} & sticky.test_strings())
+    for level in (5, 8):
+        rep = [adjacent_repeats(p.answer) for p in test if p.level == level]
+        rep_plain = [adjacent_repeats(p.answer) for p in plain.test() if p.level == level]
+        # a sticky chain repeats with p = 0.7 (expected 0.7 * (L - 1) repeats), a uniform string with p = 1/9
+        assert np.mean(rep) > 0.5 * 0.7 * (level - 1) > 2 * np.mean(rep_plain)
+    assert all(adjacent_repeats(p.answer) == 0 for p in test if p.level == 1)
+    with pytest.raises(ValueError, match="sticky_frac"):
+        CopyTask(sticky_frac=1.5)
+    with pytest.raises(ValueError, match="sticky_p"):
+        CopyTask(sticky_p=1.0)
