@@ -316,9 +316,10 @@ def load_run(run_dir: Path) -> Run:
     problems += _completion_problems(meta, config, rows)
     sampler = _component(meta, "sampler", "uniform", ("Sampler",))
     allocator = _component(meta, "allocator", "fixed", ("Allocator",))
+    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator
     return Run(
         path=run_dir,
-        method=f"{sampler}+{allocator}",
+        method=label if isinstance(label, str) and label.strip() else f"{sampler}+{allocator}",
         seed=config.get("seed"),
         config=config,
         rows=rows,

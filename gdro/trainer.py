@@ -66,6 +66,7 @@ class RunConfig:
     save_final: bool = True  # save the final policy to <run_dir>/checkpoint
     progress: bool = True
     resume: bool = True  # resume from the run dir's latest checkpoint; False refuses a dir that holds one
+    label: str | None = None  # this run's row name in gdro-report (None: its sampler+allocator)
 
     def __post_init__(self) -> None:
         if self.seed < 0:
@@ -78,6 +79,8 @@ class RunConfig:
             raise ValueError(f"prompts_per_step must be >= 1, got {self.prompts_per_step}")
         if self.rollouts_per_prompt < 1:
             raise ValueError(f"rollouts_per_prompt must be >= 1, got {self.rollouts_per_prompt}")
+        if self.label is not None and not (isinstance(self.label, str) and self.label.strip()):
+            raise ValueError(f"label must be a non-empty name or null, got {self.label!r}")
         if self.threads is not None and self.threads < 1:
             raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         # a bad or unavailable device fails here, before any model loads

@@ -1,10 +1,14 @@
 """One command for the toy reproduction: every method × seeds on the embedded task, then the table and figures.
 
-    python scripts/reproduce_toy.py [--seeds 0 1 2] [--steps 100] [--jobs 2] [--out outputs/toy-repro]
+    python scripts/reproduce_toy.py [--preset toy|frontier] [--seeds ...] [--steps N] [--jobs 2] [--out DIR]
 
-Methods (rows): GRPO (uniform + fixed), Prompt-GDRO, Rollout-GDRO, Prompt+Rollout-GDRO (joint), the
-square-root allocator, and the ORACLE control (uniform over the generator's levels — it reads the label the
-controllers never see). Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
+``--preset toy`` (default; 3 seeds, 100 steps, ``outputs/toy-repro``): GRPO (uniform + fixed), Prompt-GDRO,
+Rollout-GDRO, Prompt+Rollout-GDRO (joint), the square-root allocator, and the ORACLE control (uniform over the
+generator's levels — it reads the label the controllers never see).
+``--preset frontier`` (issue #12; 5 seeds, 150 steps, ``outputs/toy-frontier``): ``experiment=toy-frontier`` with
+GRPO, the flat prior over levels (the label-reading control), Prompt-GDRO (reweight and resample, each with the
+failure-rate and the frontier p(1 − p) signal), the square-root allocator, Rollout-GDRO and the joint mode; each run
+carries ``label=<row>`` so that gdro-report keeps the variants apart. Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
 2-core machine). Then ``gdro-report`` writes ``table.md``, ``table.csv`` and the figures to ``<out>/report/``.
 
 Each run's process is forked from this one after it has imported what every run imports (torch, transformers'
@@ -34,11 +38,32 @@ METHODS: dict[str, list[str]] = {
     "sqrt": ["sampler=uniform", "allocator=sqrt"],
     "oracle": ["sampler=oracle-levels", "allocator=fixed"],
 }
+# --preset frontier (issue #12): experiment=toy-frontier, its label-free controllers against GRPO and the label-reading
+# flat prior, 150 steps, 5 seeds. Each row is named by `label=` in its runs, so that variants of one sampler (signal,
+# mode) are rows of their own in gdro-report.
+FRONTIER: dict[str, list[str]] = {
+    "grpo": ["sampler=uniform", "allocator=fixed"],
+    "flat-prior": ["sampler=oracle-levels", "allocator=fixed"],
+    "prompt-gdro": ["sampler=prompt-gdro", "allocator=fixed"],
+    "prompt-gdro-frontier": ["sampler=prompt-gdro", "sampler.signal=frontier", "allocator=fixed"],
+    "resample": ["sampler=prompt-gdro", "sampler.mode=resample", "allocator=fixed"],
+    "resample-frontier": ["sampler=prompt-gdro", "sampler.mode=resample", "sampler.signal=frontier",
+                          "allocator=fixed"],
+    "sqrt": ["sampler=uniform", "allocator=sqrt"],
+    "rollout-gdro": ["sampler=uniform", "allocator=rollout-gdro"],
+    "joint": ["sampler=prompt-gdro", "allocator=rollout-gdro"],
+}
+PRESETS: dict[str, dict] = {
+    "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
+    "frontier": {"methods": FRONTIER, "base": ["experiment=toy-frontier"], "steps": 150, "seeds": [0, 1, 2, 3, 4],
+                 "out": "outputs/toy-frontier"},
+}
 
 
 # relative run time of each row, measured here (reproduction of issue #11: oracle 123 s, square-root 95 s, the
 # others 87-100 s); only the order in which runs start depends on it
-COST = {"oracle": 1.3, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0, "joint": 0.95, "rollout-gdro": 0.95}
+COST = {"oracle": 1.3, "flat-prior": 1.3, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0, "joint": 0.95,
+        "rollout-gdro": 0.95}
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -105,18 +130,32 @@ class Run:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--preset", choices=list(PRESETS), default="toy",
+                    help="toy: the default task's six rows (3 seeds, 100 steps); frontier: experiment=toy-frontier "
+                         "and its label-free controllers (5 seeds, 150 steps)")
+    ap.add_argument("--seeds", nargs="+", type=int, default=None)
+    ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--jobs", type=int, default=2)
-    ap.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    ap.add_argument("--out", type=Path, default=Path("outputs/toy-repro"))
+    ap.add_argument("--methods", nargs="+", default=None, help="rows of the preset (default: all)")
+    ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("overrides", nargs="*", help="extra gdro-train overrides for every run, after --")
     args = ap.parse_args()
+    preset = PRESETS[args.preset]
+    methods: dict[str, list[str]] = preset["methods"]
+    args.seeds = preset["seeds"] if args.seeds is None else args.seeds
+    args.steps = preset["steps"] if args.steps is None else args.steps
+    args.out = Path(preset["out"]) if args.out is None else args.out
+    args.methods = list(methods) if args.methods is None else args.methods
+    unknown = [m for m in args.methods if m not in methods]
+    if unknown:
+        ap.error(f"--methods: {unknown} not rows of --preset {args.preset} (rows: {', '.join(methods)})")
+    labelled = args.preset != "toy"  # the toy preset's rows are told apart by sampler+allocator already
+    rows = {m: [*preset["base"], *methods[m], *([f"label={m}"] if labelled else [])] for m in args.methods}
     args.out.mkdir(parents=True, exist_ok=True)
     # longest runs first (the oracle samples the long strings; the square-root allocator gives their bins more
     # rollouts), so that the two workers finish together instead of one waiting on the last long run
     order = sorted(args.methods, key=lambda m: -COST.get(m, 1.0))
-    jobs = [(m, METHODS[m], s) for m in order for s in args.seeds]
+    jobs = [(m, rows[m], s) for m in order for s in args.seeds]
     t0 = time.perf_counter()
     print(f"{len(jobs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds, {args.steps} steps), "
           f"{args.jobs} at a time -> {args.out}", flush=True)

@@ -51,6 +51,17 @@ def test_paper_experiment_values():
     assert comp["reward"].incorrect == -1.0
 
 
+def test_toy_frontier_experiment_values():
+    """Each prompt visited about as often as in the paper (150 steps x 32 / 256 = 18.75), levels past the warm
+    start, half sticky strings, pass@1 bins over recent visits."""
+    comp = build_components(compose_cfg(["experiment=toy-frontier"]))
+    data, clf = comp["data"], comp["classifier"]
+    assert comp.run.steps * comp.run.prompts_per_step / data.train_size >= 18
+    assert data.max_level == 12 and data.sticky_frac == 0.5
+    assert clf.estimator == "unbiased_passk" and clf.k == 1 and clf.window == 4
+    assert len(data.train()) == 256
+
+
 def test_paper_cfg_job_shows_device_precision_and_the_engines_memory(tmp_path):
     """`gdro-train experiment=paper model=qwen3-1.7b rollout=vllm --cfg job`, as a user runs it."""
     out = subprocess.run([sys.executable, "-m", "gdro.cli", "experiment=paper", "model=qwen3-1.7b", "rollout=vllm",

@@ -1,4 +1,5 @@
-"""notebooks/curriculum.ipynb: committed without outputs, and runs top to bottom on a tiny real sweep."""
+"""notebooks/curriculum.ipynb: committed without outputs, and runs top to bottom on a tiny real sweep of the
+frontier preset (experiment=toy-frontier: pass@1 bins, 12 levels, sticky strings)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ NOTEBOOK = REPO / "notebooks" / "curriculum.ipynb"
 # name -> (Hydra overrides, group choices as gdro-train would record them)
 RUNS = {
     "grpo": ([], {"sampler": "uniform", "allocator": "fixed"}),
-    "pgdro": (["sampler=prompt-gdro", "sampler.signal=failure_rate"], {"sampler": "prompt-gdro", "allocator": "fixed"}),
+    "pgdro": (["sampler=prompt-gdro", "sampler.signal=frontier"], {"sampler": "prompt-gdro", "allocator": "fixed"}),
     "rgdro": (["allocator=rollout-gdro"], {"sampler": "uniform", "allocator": "rollout-gdro"}),
 }
 # evaluated before training and after every step, as a real sweep evaluates before and after
@@ -36,7 +37,7 @@ def test_committed_notebook_has_no_outputs():
 
 def _make_sweep(root: Path) -> Path:
     for name, (overrides, choices) in RUNS.items():
-        cfg = compose_cfg(FAST + SHORT + overrides)
+        cfg = compose_cfg(["experiment=toy-frontier", *FAST, *SHORT, *overrides])
         trainer = build_trainer(cfg, root / name, choices=choices)
         try:
             trainer.fit()

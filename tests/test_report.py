@@ -410,3 +410,16 @@ def test_all_lines_malformed_and_unreadable(tmp_path: Path):
     (d / "run.json").write_bytes(b'{"config": "\xff"}')
     (skip,) = report.scan_runs(tmp_path / "s")[1]
     assert skip.reason.startswith(f"corrupt run.json: {d / 'run.json'}: not valid UTF-8")
+
+
+def test_a_run_label_names_its_row(tmp_path: Path):
+    """label=... (run config) keeps variants of one sampler+allocator apart in the table; unlabelled runs keep
+    their sampler+allocator name."""
+    root = tmp_path / "sw"
+    make_run(root, "a/0", "prompt-gdro", "fixed", 0, 80.0)
+    d = make_run(root, "b/0", "prompt-gdro", "fixed", 0, 90.0)
+    meta = json.loads((d / "run.json").read_text())
+    meta["config"]["label"] = "pgdro-frontier"
+    (d / "run.json").write_text(json.dumps(meta))
+    rows = aggregate(find_runs(root))
+    assert sorted(r["name"] for r in rows) == ["Prompt-GDRO", "pgdro-frontier"]
