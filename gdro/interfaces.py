@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from gdro.rewards import RewardBatch
 
 # Per-rollout controller signals (Eq. 13 input): the official code's clipped-PG loss, Eq. 6 with its KL term,
-# the failure rate 1 − correct, and the frontier signal p̂(1 − p̂) of the rollout's group (the reward variance
-# that the square-root theorem's v_b and the GRPO gradient's size depend on: 0 for all-solved and all-failed groups).
+# the failure rate 1 − correct, and the frontier signal 4·p̂(1 − p̂) of the rollout's group (the reward variance
+# that the square-root theorem's v_b and the GRPO gradient's size depend on: 0 for all-solved and all-failed groups;
+# scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both).
 SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier")
 
 
@@ -129,9 +130,9 @@ class StepFeedback:
             return self.pg_loss + self.beta_kl * self.kl
         if name == "failure_rate":
             return 1.0 - self.correct.astype(np.float64)
-        if name == "frontier":  # every rollout carries its group's p̂(1 − p̂): the prompt mean is that variance
+        if name == "frontier":  # every rollout carries its group's 4·p̂(1 − p̂): the prompt mean is that (scaled)
             p = self.n_correct / np.maximum(self.n, 1)
-            return (p * (1.0 - p))[self.group_index]
+            return (4.0 * p * (1.0 - p))[self.group_index]
         raise ValueError(f"signal must be one of {SIGNALS}, got {name!r}")
 
 

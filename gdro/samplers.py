@@ -109,7 +109,7 @@ class PromptGDRO:
       near-zero signals its noise is amplified). Off by default; on to reproduce the code.
 
     ``signal`` names the per-rollout ``StepFeedback.signal`` that feeds Eq. 13 (``pg_loss``: the code's
-    clipped-PG-only loss; ``pg_kl``: Eq. 6 with the KL term; ``failure_rate``; ``frontier``: the group's p̂(1 − p̂)).
+    clipped-PG-only loss; ``pg_kl``: Eq. 6 with the KL term; ``failure_rate``; ``frontier``: the group's 4·p̂(1 − p̂)).
     ``mode="resample"`` draws each slot's bin from q over the non-empty bins, then a prompt uniformly inside
     it (with replacement across slots), and leaves all advantage multipliers at 1.
     """

@@ -111,8 +111,8 @@ def test_step_feedback_signals():
     for name in SIGNALS:
         sig = fb.signal(name)
         assert sig.dtype == np.float64 and sig.shape == (5,), name
-    # frontier: each rollout carries its group's p(1 - p): group 0 solved 1 of 2, group 2 solved 2 of 3
-    np.testing.assert_allclose(fb.signal("frontier"), [0.25, 0.25, 2 / 9, 2 / 9, 2 / 9], rtol=0, atol=1e-15)
+    # frontier: each rollout carries its group's 4 p(1 - p): group 0 solved 1 of 2, group 2 solved 2 of 3
+    np.testing.assert_allclose(fb.signal("frontier"), [1.0, 1.0, 8 / 9, 8 / 9, 8 / 9], rtol=0, atol=1e-15)
     assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier"}
     without_kl = StepFeedback(**valid(beta_kl=0.0))
     np.testing.assert_array_equal(without_kl.signal("pg_kl"), without_kl.signal("pg_loss"))
