@@ -38,7 +38,7 @@ from torch.utils.checkpoint import checkpoint
 
 from gdro.loss import LossConfig, grpo_loss, per_response_mean
 from gdro.models import autocast_context, cache_kwarg
-from gdro.rollout.base import RolloutBatch
+from gdro.rollout.base import RolloutBatch, left_pad
 
 
 @dataclass(frozen=True)
@@ -310,13 +310,8 @@ def make_shared_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
     groups, row_prompt = np.unique(roll.group_index[rows], return_inverse=True)
     prompts = [roll.prompt_token_ids[g] for g in groups]
     comps = [roll.completion_ids[i] for i in rows]
-    p_w, c_w = max(len(p) for p in prompts), max(max(len(c) for c in comps), 1)
-    p_ids = torch.full((len(prompts), p_w), pad_id, dtype=torch.long)
-    p_att = torch.zeros((len(prompts), p_w), dtype=torch.long)
-    for j, p in enumerate(prompts):
-        if len(p):
-            p_ids[j, p_w - len(p):] = torch.tensor(p, dtype=torch.long)
-            p_att[j, p_w - len(p):] = 1
+    c_w = max(max(len(c) for c in comps), 1)
+    p_ids, p_att = left_pad(prompts, pad_id)
     c_ids = torch.full((len(rows), c_w), pad_id, dtype=torch.long)
     c_mask = torch.zeros((len(rows), c_w))
     for j, c in enumerate(comps):
@@ -409,6 +404,12 @@ class PackedBatch:
     completion: torch.Tensor  # (B, L) completion token ids (pad after the end)
     mask: torch.Tensor  # (B, L) 1.0 on completion tokens
 
+    @property
+    def mask_elements(self) -> int:
+        """Elements of :meth:`attention_mask`: sequences × width²."""
+        n_seq, width = self.input_ids.shape
+        return n_seq * width * width
+
     def attention_mask(self) -> torch.Tensor:
         """``(S, 1, W, W)`` boolean, True where query position q may attend to key position k: causal (k <= q), in
         the same span, and within the prompt or from a completion to the prompt and to its own earlier tokens; a
@@ -421,17 +422,6 @@ class PackedBatch:
         sq, sk = seg[:, :, None], seg[:, None, :]
         allowed = causal & same & ((sk == 0) | (sk == sq))
         return (allowed | torch.eye(width, dtype=torch.bool, device=seg.device))[:, None]
-
-
-def _span_lengths(roll: RolloutBatch, rows: Sequence[int]) -> dict[int, int]:
-    """Each group's packed span: its prompt plus its rows' completions minus one token each."""
-    total: dict[int, int] = {}
-    for i in rows:
-        g = int(roll.group_index[i])
-        if g not in total:
-            total[g] = len(roll.prompt_token_ids[g])
-        total[g] += max(len(roll.completion_ids[i]) - 1, 0)
-    return total
 
 
 def _pack_spans(lengths: Sequence[int]) -> tuple[list[list[int]], int]:
@@ -449,12 +439,6 @@ def _pack_spans(lengths: Sequence[int]) -> tuple[list[list[int]], int]:
             bins.append([k])
             free.append(width - lengths[k])
     return bins, width
-
-
-def packed_shape(roll: RolloutBatch, rows: Sequence[int]) -> tuple[int, int]:
-    """``(sequences, width)`` that :func:`make_packed_batch` would give ``rows``."""
-    bins, width = _pack_spans(list(_span_lengths(roll, rows).values()))
-    return len(bins), width
 
 
 def make_packed_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
@@ -506,15 +490,12 @@ def make_packed_batch(roll: RolloutBatch, rows: Sequence[int], pad_id: int,
     return PackedBatch(*(torch.from_numpy(a).to(device) for a in (ids, position, group, segment, source, c_ids, c_mask)))
 
 
-def packable(model, roll: RolloutBatch, rows: Sequence[int], limit: int = PACK_MASK_ELEMENTS) -> bool:
-    """Whether :func:`packed_logprobs` can run ``rows``: an attention that takes a custom 4D mask (SDPA), every
-    prompt non-empty, and a block mask of at most ``limit`` elements."""
+def packable(model, roll: RolloutBatch, rows: Sequence[int]) -> bool:
+    """Whether :func:`packed_logprobs` can run ``rows`` at all: an attention that takes a custom 4D mask (SDPA) and
+    every prompt non-empty. (Whether the batch's block mask is small enough is :attr:`PackedBatch.mask_elements`.)"""
     if getattr(getattr(model, "config", None), "_attn_implementation", None) not in PACK_ATTENTION:
         return False
-    if not all(len(roll.prompt_token_ids[g]) for g in roll.group_index[np.asarray(rows)]):
-        return False
-    n_seq, width = packed_shape(roll, rows)
-    return n_seq * width * width <= limit
+    return all(len(roll.prompt_token_ids[g]) for g in roll.group_index[np.asarray(rows)])
 
 
 def packed_logprobs(model, pb: PackedBatch, temperature: float, *,
@@ -560,10 +541,12 @@ def _micro_batches(roll: RolloutBatch, rows: np.ndarray, micro: int, micro_token
 def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, temp: float, shared: bool,
                    device, pack: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log-probs, mask)``, both ``(B, L)``, of a micro-batch's rows: packed per group (``pack``, where
-    :func:`packable`), shared-prefix KV cache, or one sequence per row."""
+    :func:`packable` and the block mask fits in ``PACK_MASK_ELEMENTS``), shared-prefix KV cache, or one sequence
+    per row."""
     if shared and pack and packable(model, roll, part):
         pb = make_packed_batch(roll, part, pad_id, device=device)
-        return packed_logprobs(model, pb, temp), pb.mask
+        if pb.mask_elements <= PACK_MASK_ELEMENTS:  # else: the KV-cache path below
+            return packed_logprobs(model, pb, temp), pb.mask
     if shared and not caches_dropped(model) and all(len(roll.prompt_token_ids[g]) for g in roll.group_index[part]):
         sb = make_shared_batch(roll, part, pad_id, device=device)
         return shared_prefix_logprobs(model, sb, temp), sb.mask

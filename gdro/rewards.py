@@ -366,7 +366,7 @@ class MathVerifyReward:
             if not answer or not answer.strip():
                 counts[UNPARSABLE] += 1
                 continue
-            if plain and answer.strip() == gold.strip() or not plain and self._fast_match(answer, gold, gold_parsed):
+            if self._fast_match(answer, gold, gold_parsed):
                 self.fast_hits += 1
                 correct[i] = True
                 continue
@@ -415,11 +415,12 @@ class MathVerifyReward:
         self._remember(self._golds, gold, parsed)
         return parsed
 
-    def _fast_match(self, answer: str, gold: str, gold_parsed: list) -> bool:
+    def _fast_match(self, answer: str, gold: str, gold_parsed: list | None) -> bool:
         """Whether ``answer`` (a non-blank last box) is the gold verbatim, so math-verify's verdict is known.
 
         Rule (all of it): ``fast_path`` is on; ``answer_mode="boxed"``; the gold is a ``str`` that parses
-        (checked by the caller) and is fast-path eligible (:meth:`_fast_gold`); and the answer equals the gold
+        (checked by the caller) and is fast-path eligible (:meth:`_fast_gold`; a plain-integer gold, passed
+        unparsed as ``gold_parsed=None``, always is: :meth:`_plain_gold`); and the answer equals the gold
         exactly, or, for a gold without any backslash, after stripping surrounding whitespace from both. The
         answer is then parsed from the same text ``\\boxed{gold}`` as the gold was (or from one differing
         only in surrounding whitespace, which carries no meaning without LaTeX commands), so math-verify would
@@ -430,7 +431,7 @@ class MathVerifyReward:
             return False
         if answer != gold and ("\\" in gold or answer.strip() != gold.strip()):
             return False
-        return self._fast_gold(gold, gold_parsed)
+        return gold_parsed is None or self._fast_gold(gold, gold_parsed)
 
     def _plain_gold(self, gold: str) -> bool:
         """Whether the fast paths can decide against ``gold`` without parsing it: ``fast_path`` on, ``"boxed"``

@@ -7,8 +7,8 @@ Rollout-GDRO, Prompt+Rollout-GDRO (joint), the square-root allocator, and the OR
 generator's levels — it reads the label the controllers never see).
 ``--preset frontier`` (issue #12; 5 seeds, 150 steps, ``outputs/toy-frontier``): ``experiment=toy-frontier`` with
 GRPO, the flat prior over levels (the label-reading control), Prompt-GDRO (reweight and resample, each with the
-failure-rate and the frontier p(1 − p) signal), the square-root allocator, Rollout-GDRO and the joint mode; each run
-carries ``label=<row>`` so that gdro-report keeps the variants apart. Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
+failure-rate and the frontier p(1 − p) signal), the square-root allocator, Rollout-GDRO and the joint mode; the
+variant rows carry ``label=<row>`` so that gdro-report keeps them apart. Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
 2-core machine). Then ``gdro-report`` writes ``table.md``, ``table.csv`` and the figures to ``<out>/report/``.
 
 Each run's process is forked from this one after it has imported what every run imports (torch, transformers'
@@ -39,8 +39,8 @@ METHODS: dict[str, list[str]] = {
     "oracle": ["sampler=oracle-levels", "allocator=fixed"],
 }
 # --preset frontier (issue #12): experiment=toy-frontier, its label-free controllers against GRPO and the label-reading
-# flat prior, 150 steps, 5 seeds. Each row is named by `label=` in its runs, so that variants of one sampler (signal,
-# mode) are rows of their own in gdro-report.
+# flat prior, 150 steps, 5 seeds. The variant rows of one sampler (signal, mode) carry `label=<row>` so that they are
+# rows of their own in gdro-report; the other rows keep their standard names (GRPO stays the baseline).
 FRONTIER: dict[str, list[str]] = {
     "grpo": ["sampler=uniform", "allocator=fixed"],
     "flat-prior": ["sampler=oracle-levels", "allocator=fixed"],
@@ -64,6 +64,9 @@ PRESETS: dict[str, dict] = {
 # others 87-100 s); only the order in which runs start depends on it
 COST = {"oracle": 1.3, "flat-prior": 1.3, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0, "joint": 0.95,
         "rollout-gdro": 0.95}
+
+
+FORK = "fork" in mp.get_all_start_methods()  # runs forked from this process, else subprocesses
 
 
 def finished(run_dir: Path, steps: int) -> bool:
@@ -111,7 +114,7 @@ class Run:
         self.name, self.t_start = name, time.perf_counter()
         sys.stdout.flush()
         sys.stderr.flush()
-        if "fork" in mp.get_all_start_methods():
+        if FORK:
             self.proc = mp.get_context("fork").Process(target=_forked_run, args=(argv, str(log)))
             self.proc.start()
         else:
@@ -149,8 +152,11 @@ def main() -> None:
     unknown = [m for m in args.methods if m not in methods]
     if unknown:
         ap.error(f"--methods: {unknown} not rows of --preset {args.preset} (rows: {', '.join(methods)})")
-    labelled = args.preset != "toy"  # the toy preset's rows are told apart by sampler+allocator already
-    rows = {m: [*preset["base"], *methods[m], *([f"label={m}"] if labelled else [])] for m in args.methods}
+    # a row that is more than a sampler+allocator choice (a variant: sampler.signal=..., sampler.mode=...) carries
+    # label=<row> so that gdro-report keeps it apart; the plain rows keep their standard names (GRPO is the baseline)
+    rows = {m: [*preset["base"], *methods[m],
+                *([f"label={m}"] if any(not o.startswith(("sampler=", "allocator=")) for o in methods[m]) else [])]
+            for m in args.methods}
     args.out.mkdir(parents=True, exist_ok=True)
     # longest runs first (the oracle samples the long strings; the square-root allocator gives their bins more
     # rollouts), so that the two workers finish together instead of one waiting on the last long run
@@ -159,7 +165,7 @@ def main() -> None:
     t0 = time.perf_counter()
     print(f"{len(jobs)} runs ({len(args.methods)} methods x {len(args.seeds)} seeds, {args.steps} steps), "
           f"{args.jobs} at a time -> {args.out}", flush=True)
-    if "fork" in mp.get_all_start_methods():
+    if FORK:
         _preload()
     failed: list[str] = []
     pending = list(jobs)

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from gdro import policy
 from gdro.loss import LossConfig, grpo_loss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
@@ -356,11 +357,19 @@ def test_packed_layout_and_mask(roll):
     assert pb.source[1, 1] == second
 
 
-def test_packable_needs_sdpa_and_a_mask_within_the_limit(tiny, roll):
+def test_packable_needs_sdpa_and_a_mask_within_the_limit(tiny, roll, monkeypatch):
     model, tok = tiny
     rows = np.arange(len(roll))
     assert model.config._attn_implementation == "sdpa" and packable(model, roll, rows)
-    assert not packable(model, roll, rows, limit=10)
+    pb = make_packed_batch(roll, rows, _pad_id(tok))
+    assert pb.mask_elements == pb.attention_mask().numel() > 10
+    # a mask over the limit takes the KV-cache path: same values, and no packed forward at all
+    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
+    monkeypatch.setattr(policy, "PACK_MASK_ELEMENTS", 10)
+    monkeypatch.setattr(policy, "packed_logprobs", lambda *a, **k: pytest.fail("packed over the limit"))
+    got = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0, shared_prefix=True, pack=True)
+    assert max((w - g).abs().max().item() for w, g in zip(want, got) if len(w)) <= ATOL_LP
+    monkeypatch.undo()
     eager, _ = load_model(ModelSpec("tiny", 64, MAX_NEW, attn_implementation="eager"), tokenizer=tok)
     assert not packable(eager, roll, rows)
     # an eager model takes the KV-cache path inside ppo_update / logprobs_no_grad, with the same values

@@ -110,3 +110,15 @@ def expand_groups(n: Sequence[int]) -> np.ndarray:
     if (counts < 0).any():
         raise ValueError(f"n must be >= 0 for every prompt, got min {counts.min()}")
     return np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+
+
+def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ``input_ids`` and ``attention_mask`` for token rows of unequal length."""
+    width = max(len(r) for r in rows)
+    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if len(r):
+            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r) :] = 1
+    return ids, mask

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from gdro.models import autocast_context, cache_kwarg
-from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
+from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups, left_pad
 
 
 @dataclass(frozen=True)
@@ -103,18 +103,6 @@ def encode_request(tokenizer, prompts: Sequence[str], n: Sequence[int], *, use_c
     return ids, expand_groups(n)
 
 
-def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ``input_ids`` and ``attention_mask`` for token rows of unequal length."""
-    width = max(len(r) for r in rows)
-    ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if len(r):
-            ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r) :] = 1
-    return ids, mask
-
-
 class HFGenerator:
     """Rollouts with ``model.generate`` (sampling), chunked into batches of ``batch_size`` rows."""
 
@@ -179,8 +167,7 @@ class HFGenerator:
         with autocast_context(self.model):  # a policy with fp32 master weights samples in its compute dtype
             cache = self._shared_prompt_cache(rows, input_ids, attention_mask) if self.shared_prefix else None
             while done < sp.max_new_tokens and len(live):
-                step = sp.max_new_tokens - done if self.prune_every == 0 else min(self.prune_every,
-                                                                                   sp.max_new_tokens - done)
+                step = min(self.prune_every or sp.max_new_tokens, sp.max_new_tokens - done)
                 out = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
@@ -196,13 +183,13 @@ class HFGenerator:
                     output_logits=sp.logprobs,  # raw per-step logits, kept only when log-probs are wanted
                 )
                 got = out.sequences[:, input_ids.shape[1] :]
-                k = got.shape[1]
-                new[live.cpu(), done : done + k] = got.cpu()
+                k, at = got.shape[1], live.cpu()
+                new[at, done : done + k] = got.cpu()
                 if lp is not None:
-                    lp[live.cpu(), done : done + k] = sampled_logprobs(out.logits, got, sp.temperature)
+                    lp[at, done : done + k] = sampled_logprobs(out.logits, got, sp.temperature)
                 done += k
-                ended = torch.isin(got, eos).any(dim=1)
-                if self.prune_every == 0 or k < step or bool(ended.all()) or done >= sp.max_new_tokens:
+                ended = torch.isin(got, eos).any(dim=1)  # (generate stops early only when every row has ended)
+                if self.prune_every == 0 or bool(ended.all()) or done >= sp.max_new_tokens:
                     break
                 # continue the rows without an EOS from their own cache: it holds every token but the last sampled
                 cache, input_ids = out.past_key_values, out.sequences
@@ -229,11 +216,12 @@ class HFGenerator:
         last prompt token and the new ones: the samples are those of the unshared prefill up to float rounding."""
         from transformers import DynamicCache
 
-        first: dict[tuple[int, ...], int] = {}
+        first: dict[tuple[int, ...], int] = {}  # distinct prompt -> its index, in order of first appearance
         row_prompt = [first.setdefault(tuple(r), len(first)) for r in rows]
         if len(first) == len(rows) or min(len(r) for r in rows) < 2:
             return None
-        uniq = torch.tensor([row_prompt.index(j) for j in range(len(first))], device=input_ids.device)
+        first_row = {j: i for i, j in reversed(list(enumerate(row_prompt)))}  # prompt index -> its first row
+        uniq = torch.tensor([first_row[j] for j in range(len(first))], device=input_ids.device)
         ids, att = input_ids.index_select(0, uniq)[:, :-1], attention_mask.index_select(0, uniq)[:, :-1]
         pos = (att.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
