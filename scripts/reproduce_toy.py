@@ -6,9 +6,10 @@
 Rollout-GDRO, Prompt+Rollout-GDRO (joint), the square-root allocator, and the ORACLE control (uniform over the
 generator's levels — it reads the label the controllers never see).
 ``--preset frontier`` (issue #12; 5 seeds, 150 steps, ``outputs/toy-frontier``): ``experiment=toy-frontier`` with
-GRPO, the flat prior over levels (the label-reading control), Prompt-GDRO (reweight and resample, each with the
-failure-rate and the frontier p(1 − p) signal), the square-root allocator, Rollout-GDRO and the joint mode; the
-variant rows carry ``label=<row>`` so that gdro-report keeps them apart. Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
+GRPO, the ORACLE control (uniform over levels), Prompt-GDRO, Rollout-GDRO, and Prompt-GDRO with the frontier signal
+4p(1 − p), reweighting and resampling (``--methods`` adds ``resample``, ``sqrt``, ``joint``); the variant rows carry
+``label=<row>`` so that gdro-report keeps them apart. The protocol (hard tail, threshold, paired comparison) is fixed
+in docs/results.md. Each run is one single-thread ``gdro-train`` process; ``--jobs`` run at a time (2 on a
 2-core machine). Then ``gdro-report`` writes ``table.md``, ``table.csv`` and the figures to ``<out>/report/``.
 
 Each run's process is forked from this one after it has imported what every run imports (torch, transformers'
@@ -38,31 +39,37 @@ METHODS: dict[str, list[str]] = {
     "sqrt": ["sampler=uniform", "allocator=sqrt"],
     "oracle": ["sampler=oracle-levels", "allocator=fixed"],
 }
-# --preset frontier (issue #12): experiment=toy-frontier, its label-free controllers against GRPO and the label-reading
-# flat prior, 150 steps, 5 seeds. The variant rows of one sampler (signal, mode) carry `label=<row>` so that they are
-# rows of their own in gdro-report; the other rows keep their standard names (GRPO stays the baseline).
+# --preset frontier (issue #12): experiment=toy-frontier, 150 steps, 5 seeds; the protocol is fixed in docs/results.md
+# ("The frontier toy: protocol") before any of its runs. Six rows, the most 5 seeds x 150 steps allow in about
+# 80 min on 2 cores: GRPO, the label-reading control (uniform over levels), the paper's Prompt-GDRO and Rollout-GDRO,
+# and the two label-free variants aimed at the frontier: Prompt-GDRO with the frontier signal 4p(1-p), reweighting
+# and resampling. The other controllers (square-root allocator, joint mode, resample with the failure rate) stay
+# config options; --methods adds them (EXTRA). The variant rows carry `label=<row>` so that they are rows of their own
+# in gdro-report; the other rows keep their standard names (GRPO stays the baseline).
 FRONTIER: dict[str, list[str]] = {
     "grpo": ["sampler=uniform", "allocator=fixed"],
-    "flat-prior": ["sampler=oracle-levels", "allocator=fixed"],
+    "oracle": ["sampler=oracle-levels", "allocator=fixed"],
     "prompt-gdro": ["sampler=prompt-gdro", "allocator=fixed"],
     "prompt-gdro-frontier": ["sampler=prompt-gdro", "sampler.signal=frontier", "allocator=fixed"],
-    "resample": ["sampler=prompt-gdro", "sampler.mode=resample", "allocator=fixed"],
     "resample-frontier": ["sampler=prompt-gdro", "sampler.mode=resample", "sampler.signal=frontier",
                           "allocator=fixed"],
-    "sqrt": ["sampler=uniform", "allocator=sqrt"],
     "rollout-gdro": ["sampler=uniform", "allocator=rollout-gdro"],
+}
+EXTRA: dict[str, list[str]] = {
+    "resample": ["sampler=prompt-gdro", "sampler.mode=resample", "allocator=fixed"],
+    "sqrt": ["sampler=uniform", "allocator=sqrt"],
     "joint": ["sampler=prompt-gdro", "allocator=rollout-gdro"],
 }
 PRESETS: dict[str, dict] = {
     "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
-    "frontier": {"methods": FRONTIER, "base": ["experiment=toy-frontier"], "steps": 150, "seeds": [0, 1, 2, 3, 4],
+    "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150, "seeds": [0, 1, 2, 3, 4],
                  "out": "outputs/toy-frontier"},
 }
 
 
 # relative run time of each row, measured here (reproduction of issue #11: oracle 123 s, square-root 95 s, the
 # others 87-100 s); only the order in which runs start depends on it
-COST = {"oracle": 1.3, "flat-prior": 1.3, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0, "joint": 0.95,
+COST = {"oracle": 1.3, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0, "joint": 0.95,
         "rollout-gdro": 0.95}
 
 
@@ -144,11 +151,11 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra gdro-train overrides for every run, after --")
     args = ap.parse_args()
     preset = PRESETS[args.preset]
-    methods: dict[str, list[str]] = preset["methods"]
+    methods: dict[str, list[str]] = {**preset["methods"], **preset.get("extra", {})}
     args.seeds = preset["seeds"] if args.seeds is None else args.seeds
     args.steps = preset["steps"] if args.steps is None else args.steps
     args.out = Path(preset["out"]) if args.out is None else args.out
-    args.methods = list(methods) if args.methods is None else args.methods
+    args.methods = list(preset["methods"]) if args.methods is None else args.methods
     unknown = [m for m in args.methods if m not in methods]
     if unknown:
         ap.error(f"--methods: {unknown} not rows of --preset {args.preset} (rows: {', '.join(methods)})")
