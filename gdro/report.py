@@ -1,6 +1,6 @@
 """Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
 
-    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete]
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12]
 
 Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
 ``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
@@ -19,6 +19,13 @@ Table: for each method, the final (or best) evaluation row's ``eval/...mean@k`` 
 overall and per level (``eval/mean@k/level_L``) or per benchmark (``eval/<bench>/pass@k``), as mean ± the
 Student-t 95% half-width over seeds, plus the relative pass@k gain of the method's mean over GRPO's mean
 (``100 * (m - m_GRPO) / m_GRPO``). Written as ``table.md`` and ``table.csv``.
+
+Paired table (``paired.md``, when GRPO and another method are present): per method, the difference to GRPO
+of each headline metric paired by seed (mean ± 95% CI over the seeds both have), the rollouts each run spent, and
+the batch's mean difficulty bin in the first and last quarter of the steps after the unseen phase. With
+``--tail-levels 7-12`` the table gains ``eval/...@k/levels_7-12`` (the mean of those levels, the *hard tail*), and
+the paired table the recovery of the oracle control's tail gain (a method's mean Δ ÷ the oracle's) and the first
+evaluation step at which each run's tail mean@k reaches GRPO's final one (median over the runs that reach it).
 
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
 ``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
@@ -471,6 +478,175 @@ def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tu
     return md, path
 
 
+# ---------------------------------------------------------------- paired comparison against GRPO
+
+ORACLE = "oracle-levels+fixed"
+
+
+def parse_levels(spec: str) -> list[int]:
+    """``"7-12"`` → [7, ..., 12]; ``"3,5,8"`` → [3, 5, 8]. Raises ValueError naming the spec otherwise."""
+    try:
+        levels: set[int] = set()
+        for part in spec.split(","):
+            lo, dash, hi = part.strip().partition("-")
+            a, b = int(lo), int(hi) if dash else int(lo)
+            if a < 1 or b < a:
+                raise ValueError
+            levels.update(range(a, b + 1))
+    except ValueError:
+        raise ValueError(f"levels must look like '7-12' or '3,5,8' (levels >= 1), got {spec!r}") from None
+    return sorted(levels)
+
+
+def tail_name(levels: list[int]) -> str:
+    """The sub-metric name of a set of levels: ``levels_7-12`` (a range) or ``levels_3,5,8``."""
+    if levels == list(range(levels[0], levels[-1] + 1)):
+        return f"levels_{levels[0]}-{levels[-1]}"
+    return "levels_" + ",".join(map(str, levels))
+
+
+def add_tail_metrics(runs: list[Run], levels: list[int]) -> list[str]:
+    """Add to every evaluation row, for each ``eval/[<bench>/](mean|pass)@k`` family that logs every level in
+    ``levels``, the mean of those levels: ``eval/...@k/levels_7-12`` (levels weighted equally, as the held-out
+    set holds the same number of problems per level). Returns the keys added (sorted); rows missing a level get
+    none."""
+    sub = tail_name(levels)
+    added: set[str] = set()
+    for run in runs:
+        for row in run.eval_rows():
+            families = {}
+            for key in row:
+                m = METRIC_KEY.match(key)
+                if m and m["sub"] is None:
+                    families[key] = key
+            for head in families:
+                vals = [row.get(f"{head}/level_{lv}") for lv in levels]
+                if all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
+                    row[f"{head}/{sub}"] = float(np.mean(vals))
+                    added.add(f"{head}/{sub}")
+    return sorted(added, key=metric_sort_key)
+
+
+def steps_to(run: Run, key: str, threshold: float) -> float | None:
+    """The first evaluation step at which ``key`` reaches ``threshold`` (None: never)."""
+    for row in run.eval_rows():
+        v = row.get(key)
+        if isinstance(v, (int, float)) and v >= threshold and _step(row) is not None:
+            return _step(row)
+    return None
+
+
+def rollouts_spent(run: Run) -> float:
+    """Rollouts generated over the run: the sum of ``rollout/n_total`` over its steps."""
+    return float(sum(r["rollout/n_total"] for r in run.rows if isinstance(r.get("rollout/n_total"), (int, float))))
+
+
+def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin",
+                   unseen_key: str = "difficulty/batch/unseen") -> tuple[float, float] | None:
+    """The batch's mean bin averaged over the first and the last quarter of the steps after the unseen phase
+    (which ends at the first step whose batch holds no unseen prompt; at step 1 when that is not logged).
+    None when the run does not log ``key`` or has fewer than 4 steps after that phase."""
+    pts = [(r["step"], r[key], r.get(unseen_key, 0.0)) for r in run.rows
+           if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), int)]
+    start = next((s for s, _, u in pts if not u), None)
+    if start is None:
+        return None
+    vals = [v for s, v, _ in pts if s >= start]
+    q = len(vals) // 4
+    if q == 0:
+        return None
+    return float(np.mean(vals[:q])), float(np.mean(vals[-q:]))
+
+
+def paired_comparison(runs: list[Run], keys: list[str], *, tail_key: str | None = None,
+                      which: str = "final") -> tuple[list[dict], dict]:
+    """Each method against GRPO, paired by seed (a seed gives both the same pool, initial weights and test set).
+
+    Per method: ``pairs`` (seeds that both have), ``delta`` ({key: (mean, ci, n)} of method − GRPO per seed),
+    ``recovery`` (its mean Δ``tail_key`` ÷ the oracle control's, when both exist and the oracle's is > 0),
+    ``steps`` (per run, the first evaluation step reaching the threshold, None = never), ``rollouts``
+    ((mean, ci, n) of rollouts spent) and ``drift`` (per run (first, last) quarter's mean bin, or None).
+    GRPO itself is a row with its own ``steps``, ``rollouts`` and ``drift`` and no ``delta``. The threshold
+    (returned in the second value, with the key) is GRPO's final ``tail_key`` averaged over its runs."""
+    groups = _groups(runs)
+    base = {str(r.seed): r for r in groups.get(BASELINE, [])}
+    info: dict = {"tail_key": tail_key, "threshold": None}
+    if tail_key and base:
+        finals = [(_select_row(r, which) or {}).get(tail_key) for r in base.values()]
+        finals = [v for v in finals if isinstance(v, (int, float))]
+        info["threshold"] = float(np.mean(finals)) if finals else None
+    out = []
+    for method in sorted(groups, key=_method_rank):
+        rs = groups[method]
+        row: dict = {"method": method, "name": display_name(method), "n": len(rs), "delta": {}, "pairs": 0}
+        if method != BASELINE and base:
+            paired = [(r, base[str(r.seed)]) for r in rs if str(r.seed) in base]
+            row["pairs"] = len(paired)
+            for key in keys:
+                diffs = []
+                for r, b in paired:
+                    a, z = (_select_row(r, which) or {}).get(key), (_select_row(b, which) or {}).get(key)
+                    if isinstance(a, (int, float)) and isinstance(z, (int, float)):
+                        diffs.append(a - z)
+                row["delta"][key] = mean_ci(diffs)
+        row["steps"] = ([steps_to(r, tail_key, info["threshold"]) for r in rs]
+                        if tail_key and info["threshold"] is not None else [])
+        row["rollouts"] = mean_ci([rollouts_spent(r) for r in rs])
+        row["drift"] = [mean_bin_drift(r) for r in rs]
+        out.append(row)
+    oracle = next((r for r in out if r["method"] == ORACLE), None)
+    gain = oracle["delta"].get(tail_key, (math.nan,))[0] if oracle and tail_key else math.nan
+    for row in out:
+        d = row["delta"].get(tail_key, (math.nan,))[0] if tail_key else math.nan
+        row["recovery"] = d / gain if math.isfinite(gain) and gain > 0 and math.isfinite(d) else None
+    return out, info
+
+
+def _fmt_steps(steps: list[float | None]) -> str:
+    reached = sorted(s for s in steps if s is not None)
+    if not steps:
+        return "–"
+    if not reached:
+        return f"never (0/{len(steps)})"
+    return f"{float(np.median(reached)):.0f} ({len(reached)}/{len(steps)})"
+
+
+def _fmt_drift(drift: list[tuple[float, float] | None]) -> str:
+    d = [x for x in drift if x is not None]
+    if not d:
+        return "–"
+    first, last = mean_ci([a for a, _ in d]), mean_ci([b for _, b in d])
+    delta = mean_ci([b - a for a, b in d])
+    moved = sum(b - a >= 1.0 for a, b in d)
+    return f"{first[0]:.2f} → {last[0]:.2f} ({format_cell(*delta, digits=2)}; ≥ 1 bin in {moved}/{len(d)})"
+
+
+def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
+    """The paired table: Δ vs GRPO per key (mean ± 95% CI over seeds), recovery of the oracle's gain, steps to
+    the threshold (median over the runs that reach it; reached/runs), rollouts spent, the batch's mean-bin
+    drift (first → last quarter after the unseen phase)."""
+    tail = info.get("tail_key")
+    header = ["Method", "pairs"] + [f"Δ{_label(k)}" for k in keys]
+    if tail:
+        header.append(f"recovery of the oracle's Δ{_label(tail)}")
+    if info.get("threshold") is not None:
+        header.append(f"steps to {_label(tail)} ≥ {info['threshold']:.1f}")
+    header += ["rollouts spent", "batch mean bin: first → last quarter (Δ)"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    for r in rows:
+        base = r["method"] == BASELINE
+        cells = [r["name"], "–" if base else str(r["pairs"])]
+        cells += ["–" if base else format_cell(*r["delta"].get(k, (math.nan, math.nan, 0))) for k in keys]
+        if tail:
+            cells.append("–" if r["recovery"] is None or r["method"] == ORACLE else f"{r['recovery']:.2f}")
+        if info.get("threshold") is not None:
+            cells.append(_fmt_steps(r["steps"]))
+        cells.append(format_cell(*r["rollouts"], digits=0))
+        cells.append(_fmt_drift(r["drift"]))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 # ---------------------------------------------------------------- figures
 
 
@@ -693,7 +869,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--include-incomplete", action="store_true",
                     help="also pool runs that did not complete (interrupted, failed, running, short or with "
                          "malformed metrics lines), marked in the table; unreadable runs are still left out")
+    ap.add_argument("--tail-levels", default=None, metavar="LEVELS",
+                    help="the hard tail, e.g. 7-12: adds eval/...@k/levels_7-12 (the mean of those levels) to the "
+                         "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
     args = ap.parse_args(argv)
+    try:
+        tail_levels = parse_levels(args.tail_levels) if args.tail_levels else None
+    except ValueError as e:
+        ap.error(f"--tail-levels: {e}")
     found, skipped = scan_runs(args.sweep_dir)
     runs = [r for r in found if r.complete or args.include_incomplete]
     notes, lines = exclusion_notes(found, skipped, args.sweep_dir, include_incomplete=args.include_incomplete)
@@ -710,14 +893,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
                   "its runs are pooled as independent samples", file=sys.stderr)
     out = args.out or args.sweep_dir / "report"
+    tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
+    if tail_levels and not tail_keys:
+        print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "
+              f"levels {tail_levels}; no tail metric", file=sys.stderr)
     rows = aggregate(runs, which=args.which)
     md, csv_path = write_table(rows, out, notes=notes)
     figs = make_figures(runs, out)
+    paired_md = None
+    if any(r.method == BASELINE for r in runs) and len(_groups(runs)) > 1:
+        heads = sorted({k for r in rows for k in r["metrics"] if is_headline(k)}, key=metric_sort_key)
+        keys = heads + tail_keys
+        mean_tail = next((k for k in tail_keys if METRIC_KEY.match(k)["kind"] == "mean"), None)
+        prows, info = paired_comparison(runs, keys, tail_key=mean_tail, which=args.which)
+        paired_md = out / "paired.md"
+        text = paired_markdown(prows, keys, info)
+        paired_md.write_text(
+            f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
+            + text, encoding="utf-8")
     n_left = sum(line.startswith("left out") for line in lines)
     print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)"
           + (f"; {n_left} run dirs left out (listed above and in {md.name})" if n_left else "") + "\n")
     print(to_markdown(rows))
-    print(f"wrote {md}, {csv_path}" + "".join(f", {p.name}" for p in figs))
+    if paired_md is not None:
+        print(f"paired against GRPO:\n\n{text}")
+    print(f"wrote {md}, {csv_path}" + (f", {paired_md.name}" if paired_md else "")
+          + "".join(f", {p.name}" for p in figs))
     return 0
 
 

@@ -18,6 +18,7 @@ TARGETS = {
     "fixed": "gdro.allocators.FixedAllocator",
     "rollout-gdro": "gdro.allocators.RolloutGDRO",
     "sqrt": "gdro.allocators.SqrtAllocator",
+    "oracle-levels": "gdro.samplers.OracleLevelSampler",
 }
 BINS = ["0", "1", "10", "2", "unseen"]  # deliberately not in numeric order
 
@@ -423,3 +424,90 @@ def test_a_run_label_names_its_row(tmp_path: Path):
     (d / "run.json").write_text(json.dumps(meta))
     rows = aggregate(find_runs(root))
     assert sorted(r["name"] for r in rows) == ["Prompt-GDRO", "pgdro-frontier"]
+
+
+# ---------------------------------------------------------------- paired comparison against GRPO
+
+
+def test_parse_levels_and_tail_name():
+    assert report.parse_levels("7-12") == [7, 8, 9, 10, 11, 12]
+    assert report.parse_levels("3, 5,8") == [3, 5, 8]
+    assert report.tail_name([7, 8, 9]) == "levels_7-9"
+    assert report.tail_name([3, 5, 8]) == "levels_3,5,8"
+    for bad in ("x", "9-7", "0-3", "", "7-"):
+        with pytest.raises(ValueError, match=f"got {bad!r}"):
+            report.parse_levels(bad)
+
+
+def _with_oracle(sweep: Path) -> Path:
+    for s in range(3):
+        make_run(sweep, f"oracle/{s}", "oracle-levels", "fixed", s, 88.0, level2=60.0)
+    return sweep
+
+
+def test_tail_metric_is_the_mean_of_its_levels(sweep: Path):
+    runs = find_runs(sweep)
+    assert report.add_tail_metrics(runs, [1, 2]) == ["eval/mean@8/levels_1-2", "eval/pass@8/levels_1-2"]
+    grpo1 = next(r for r in runs if r.method == "uniform+fixed" and r.seed == 1)
+    final = grpo1.eval_rows()[-1]
+    assert final["eval/mean@8/levels_1-2"] == pytest.approx((90.0 + 42.0) / 2)
+    assert final["eval/pass@8/levels_1-2"] == pytest.approx((95.0 + 52.0) / 2)
+    assert report.add_tail_metrics(runs, [1, 3]) == []  # level 3 is not logged: no tail metric
+
+
+def test_paired_comparison_known_numbers(sweep: Path):
+    runs = find_runs(_with_oracle(sweep))
+    tail = report.add_tail_metrics(runs, [1, 2])[0]
+    rows, info = report.paired_comparison(runs, ["eval/mean@8", tail], tail_key=tail)
+    by = {r["name"]: r for r in rows}
+    # GRPO finals 80, 82, 84; Prompt-GDRO 85, 86, 87 (same seeds): differences 5, 4, 3
+    m, ci, n = by["Prompt-GDRO"]["delta"]["eval/mean@8"]
+    assert (m, n) == (pytest.approx(4.0), 3) and ci == pytest.approx(t975(2) * 1.0 / math.sqrt(3))
+    # tail = mean(level 1, level 2): GRPO 65, 66, 67; Prompt-GDRO 70; oracle 75 -> deltas 4 and 9 on average
+    assert info == {"tail_key": tail, "threshold": pytest.approx(66.0)}
+    assert by["Prompt-GDRO"]["delta"][tail][0] == pytest.approx(4.0)
+    assert by["Oracle: uniform over levels (control)"]["delta"][tail][0] == pytest.approx(9.0)
+    assert by["Prompt-GDRO"]["recovery"] == pytest.approx(4.0 / 9.0)
+    assert by["Rollout-GDRO"]["pairs"] == 1 and by["Rollout-GDRO"]["delta"]["eval/mean@8"][2] == 1
+    assert by["GRPO"]["delta"] == {} and by["GRPO"]["recovery"] is None
+    # the tail is flat over steps here: every run at or above 66 reaches it at its first evaluation (step 0)
+    assert by["Prompt-GDRO"]["steps"] == [0.0, 0.0, 0.0]
+    assert sorted(by["GRPO"]["steps"], key=lambda x: x is None) == [0.0, 0.0, None]  # 65 never reaches 66
+
+
+def test_steps_to_rollouts_spent_and_mean_bin_drift(tmp_path: Path):
+    d = make_run(tmp_path, "r", "uniform", "fixed", 0, 85.0, steps=6)
+    run = find_runs(tmp_path)[0]
+    # eval/mean@8 = 85 * step / 6 at steps 0, 3, 6: 0, 42.5, 85
+    assert report.steps_to(run, "eval/mean@8", 40.0) == 3.0
+    assert report.steps_to(run, "eval/mean@8", 42.5) == 3.0
+    assert report.steps_to(run, "eval/mean@8", 85.1) is None
+    assert report.rollouts_spent(run) == 0.0
+    assert report.mean_bin_drift(run) is None  # not logged
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:  # steps 1-2 unseen; after it 4 steps: 5, 6, 6, 7 -> quarters of one step: 5 and 7
+        if r["step"] >= 1:
+            r["rollout/n_total"] = 256 if r["step"] % 2 else 192
+            r["difficulty/batch/unseen"] = 0.5 if r["step"] <= 2 else 0.0
+            r["difficulty/batch_mean_bin"] = {1: 0, 2: 0, 3: 5, 4: 6, 5: 6, 6: 7}[r["step"]]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = find_runs(tmp_path)[0]
+    assert report.rollouts_spent(run) == 3 * 256 + 3 * 192
+    assert report.mean_bin_drift(run) == (5.0, 7.0)
+
+
+def test_main_writes_the_paired_table(sweep: Path, capsys):
+    root = _with_oracle(sweep)
+    assert main([str(root), "--tail-levels", "1-2"]) == 0
+    text = (root / "report" / "paired.md").read_text()
+    lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "recovery of the oracle's Δmean@8/levels_1-2" in lines["Method"]
+    assert "steps to mean@8/levels_1-2 ≥ 66.0" in lines["Method"]
+    assert "| 3 | 4.0 ± 2.5 |" in lines["Prompt-GDRO"] and "| 0.44 |" in lines["Prompt-GDRO"]
+    assert "| 0 (3/3) |" in lines["Prompt-GDRO"] and "| 0 (2/3) |" in lines["GRPO"]
+    table = (root / "report" / "table.md").read_text()
+    assert "mean@8/levels_1-2" in table
+    assert "paired against GRPO" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main([str(root), "--tail-levels", "7-"])
+    assert "--tail-levels: levels must look like '7-12'" in capsys.readouterr().err
