@@ -51,6 +51,17 @@ def test_paper_experiment_values():
     assert comp["reward"].incorrect == -1.0
 
 
+@pytest.mark.parametrize(("experiment", "sampler", "allocator"), [
+    ("paper", "UniformSampler", "FixedAllocator"),
+    ("paper-prompt-gdro", "PromptGDRO", "FixedAllocator"),
+    ("paper-rollout-gdro", "UniformSampler", "RolloutGDRO"),
+])
+def test_each_paper_preset_is_one_row_of_the_paper(experiment, sampler, allocator):
+    """experiment=paper is the GRPO row whatever the default sampler; each GDRO preset adds exactly one adversary."""
+    comp = build_components(compose_cfg([f"experiment={experiment}", "model=qwen3-1.7b"]))
+    assert type(comp["sampler"]).__name__ == sampler and type(comp["allocator"]).__name__ == allocator
+
+
 def test_toy_frontier_experiment_values():
     """Each prompt visited about as often as in the paper (150 steps x 32 / 256 = 18.75), levels past the warm
     start, half sticky strings, pass@1 bins over recent visits."""
