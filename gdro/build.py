@@ -10,6 +10,7 @@ import copy
 import dataclasses
 import json
 import logging
+import os
 import platform
 import uuid
 from dataclasses import dataclass
@@ -27,7 +28,7 @@ from gdro.validate import ConfigError, field_default, node_schema, validate_conf
 log = logging.getLogger(__name__)
 
 GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
-COMPONENTS = (*GROUPS, "checkpoint")  # config groups (one YAML per option) plus nodes set in train.yaml itself
+COMPONENTS = (*GROUPS, "checkpoint", "dist")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
 @dataclass
@@ -142,6 +143,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
     the model loads.
     """
+    from gdro import distributed
     from gdro.data.filtering import drop_long_prompts
     from gdro.models import load_model, load_tokenizer, resolve_device
     from gdro.rollout import check_engine_config, make_engine
@@ -151,6 +153,18 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     if run.threads is not None:
         torch.set_num_threads(run.threads)
     torch.manual_seed(run.seed)
+    distributed.export_job_environment()  # a submitit job of several tasks: one process per task
+    device = resolve_device(run.device)
+    if distributed.env_world_size() > 1 and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    try:
+        dist = distributed.init(comp["dist"], device)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    if dist.shards > run.prompts_per_step:
+        raise ConfigError(f"dist.shards={dist.shards}: more shards than prompts_per_step={run.prompts_per_step}")
     spec, task, loss_cfg, eng_cfg = comp["model"], comp["data"], comp["loss"], comp["rollout"]
     try:
         check_engine_config(eng_cfg)
@@ -160,6 +174,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resume = resume_point(run, run_dir, resolved, cfg)
     ckpt, ckpt_meta = resume if resume is not None else (None, None)
+    if ckpt_meta is not None and int(ckpt_meta.get("world_size", 1)) != dist.world:
+        raise ConfigError(f"cannot resume {ckpt}: it was written by {ckpt_meta.get('world_size', 1)} process(es); "
+                          f"resume it with the same number (this run has {dist.world})")
 
     # data before the model: a missing dataset or a bad file fails in seconds, naming it
     try:
@@ -177,9 +194,10 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         if not kept:
             raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every {split} prompt is longer")
 
-    run_dir.mkdir(parents=True, exist_ok=True)
-    if ckpt is None:
-        _previous_run_aside(run_dir)
+    if dist.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt is None:
+            _previous_run_aside(run_dir)
     meta = {
         "config": resolved,
         "choices": choices or {},
@@ -188,28 +206,43 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         # CPU results are bit-for-bit reproducible for a given seed *and* thread count
         "torch_threads": torch.get_num_threads(),
         "steps": run.steps,
+        "world_size": dist.world,  # processes (torchrun); each step's groups are split among them
         "data": {"train": len(train_problems), "test": len(test_problems),
                  "dropped_long_prompts": {"train": dropped_train, "test": dropped_test}},
     }
-    record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
-    (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    record = None
+    if dist.main:  # one process writes the run's files
+        record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+    dist.barrier()
 
     log.info("loading model %s", spec.name_or_path)
-    device = resolve_device(run.device)
     policy, tokenizer = load_model(spec, device=device, tokenizer=tokenizer, train=True)  # master weights
     ref_model = None
     if loss_cfg.beta_kl > 0:  # frozen: kept in the compute dtype (bf16 at the paper's scale), like the engine
         ref_model = copy.deepcopy(policy).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
-    engine = make_engine(eng_cfg, policy, tokenizer, spec)
-    logger = RunLogger(
-        run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
-        truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
-    )
+    if dist.active:
+        # each process's engine samples its own prompts, refreshed from the full weights after every update: vLLM
+        # holds its own weights; the HF engine gets an unsharded copy (a sharded model's forwards are collectives)
+        from gdro.rollout.vllm import VLLMEngineConfig
+
+        own = policy if isinstance(eng_cfg, VLLMEngineConfig) else copy.deepcopy(policy).eval().requires_grad_(False)
+        engine = make_engine(eng_cfg, own, tokenizer, spec)
+        policy = distributed.shard_fsdp(policy, dist, comp["dist"])
+    else:
+        engine = make_engine(eng_cfg, policy, tokenizer, spec)
+    if dist.main:
+        logger = RunLogger(
+            run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
+            truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
+        )
+    else:
+        logger = distributed.SilentLogger(run_dir)
     return Trainer(
         run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],
         sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"],
         train_problems=train_problems, test_problems=test_problems,
         loss_cfg=loss_cfg, optim_cfg=comp["optim"], eval_cfg=comp["eval"],
         train_sampling=eng_cfg.sampling(spec.max_new_tokens), logger=logger, run_dir=run_dir, ref_model=ref_model,
-        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved,
+        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved, dist=dist,
     )

@@ -539,7 +539,16 @@ def _micro_batches(roll: RolloutBatch, rows: np.ndarray, micro: int, micro_token
 
 
 def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, temp: float, shared: bool,
-                   device, pack: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                   device, pack: bool = False, one_pass: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    if one_pass:  # a sharded model: the whole computation inside one call of its root unit (gdro.distributed)
+        from gdro.distributed import in_root
+
+        return in_root(model, _part_logprobs_inner, model, roll, part, pad_id, temp, shared, device, pack, True)
+    return _part_logprobs_inner(model, roll, part, pad_id, temp, shared, device, pack, False)
+
+
+def _part_logprobs_inner(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, temp: float, shared: bool,
+                         device, pack: bool, one_pass: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log-probs, mask)``, both ``(B, L)``, of a micro-batch's rows: packed per group (``pack``, where
     :func:`packable` and the block mask fits in ``PACK_MASK_ELEMENTS``), shared-prefix KV cache, or one sequence
     per row."""
@@ -547,7 +556,8 @@ def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, tem
         pb = make_packed_batch(roll, part, pad_id, device=device)
         if pb.mask_elements <= PACK_MASK_ELEMENTS:  # else: the KV-cache path below
             return packed_logprobs(model, pb, temp), pb.mask
-    if shared and not caches_dropped(model) and all(len(roll.prompt_token_ids[g]) for g in roll.group_index[part]):
+    # one_pass (a sharded model): one forward per micro-batch on every path, so processes issue the same gathers
+    if shared and not one_pass and not caches_dropped(model) and all(len(roll.prompt_token_ids[g]) for g in roll.group_index[part]):
         sb = make_shared_batch(roll, part, pad_id, device=device)
         return shared_prefix_logprobs(model, sb, temp), sb.mask
     tb = make_token_batch(roll, part, pad_id, device=device)
@@ -556,19 +566,36 @@ def _part_logprobs(model, roll: RolloutBatch, part: np.ndarray, pad_id: int, tem
 
 def logprobs_no_grad(model, roll: RolloutBatch, rows: np.ndarray, micro: int, pad_id: int, temp: float,
                      micro_tokens: int | None = None, *, shared_prefix: bool = False,
-                     pack: bool = False) -> list[torch.Tensor]:
+                     pack: bool = False, dist=None) -> list[torch.Tensor]:
     """Per-row log-probs (unpadded 1-D tensors on the model's device, in the order of ``rows``) without gradient,
     in micro-batches (``micro_batches(roll, rows, micro, micro_tokens)``; with ``shared_prefix``,
-    ``group_micro_batches`` and :func:`shared_prefix_logprobs`, or :func:`packed_logprobs` with ``pack``)."""
+    ``group_micro_batches`` and :func:`shared_prefix_logprobs`, or :func:`packed_logprobs` with ``pack``).
+    ``dist`` (a sharded ``model``): every process runs as many forwards as the busiest one (FSDP's gathers are
+    collectives), the extra ones on a row whose result is dropped."""
     at = {int(i): k for k, i in enumerate(rows)}
     out: list[torch.Tensor | None] = [None] * len(rows)
     device = next(model.parameters()).device
+    one_pass = dist is not None and dist.active
+    parts = _micro_batches(roll, rows, micro, micro_tokens, shared_prefix)
+    extra = _padding(parts, dist, rows)
     with torch.no_grad():
-        for part in _micro_batches(roll, rows, micro, micro_tokens, shared_prefix):
-            lp, _ = _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device, pack)
+        for part in parts:
+            lp, _ = _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device, pack, one_pass)
             for j, i in enumerate(part):
                 out[at[int(i)]] = lp[j, : len(roll.completion_ids[i])]
+        for part in extra:
+            _part_logprobs(model, roll, part, pad_id, temp, shared_prefix, device, pack, one_pass)
     return out
+
+
+def _padding(parts: list[np.ndarray], dist, rows: np.ndarray) -> list[np.ndarray]:
+    """The dummy micro-batches this process runs so that every process runs the same number (none in one process):
+    one row each, its result unused (forward) or multiplied by zero (training)."""
+    if dist is None or not dist.active:
+        return []
+    missing = dist.max_int(len(parts)) - len(parts)
+    row = np.asarray([int(rows[0]) if len(rows) else 0])
+    return [row] * missing
 
 
 def _stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -591,6 +618,8 @@ def ppo_update(
     pad_id: int,
     rng: np.random.Generator,
     ref_model=None,
+    local_rows: np.ndarray | None = None,
+    dist=None,
 ) -> tuple[dict[str, float | None], ResponseLosses]:
     """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and per-response losses.
 
@@ -601,22 +630,39 @@ def ppo_update(
     computed (``grpo_loss``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the clipped PG
     loss with the advantages ``adv`` as given — and ``kl`` — the token mean of the KL to π_ref (0 without a
     reference). Rows skipped as zero-advantage have ``pg`` exactly 0.
+
+    Across processes (``dist``, gdro.distributed): every process holds the whole batch but forwards and backwards
+    only ``local_rows``; the loss's denominators are the whole mini-batch's, the sharded model sums the gradients,
+    and the per-response losses and statistics are summed over processes (each row is computed by one process).
     """
     n = len(roll)
     lengths = roll.lengths
     single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
     all_rows = np.arange(n)
+    mine = all_rows if local_rows is None else np.asarray(local_rows, dtype=np.int64)
+    one_pass = dist is not None and dist.active
+    grad_scale = float(dist.world) if one_pass else 1.0
+    is_mine = np.zeros(n, dtype=bool)
+    is_mine[mine] = True
     micro, micro_tokens = optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens
     shared, pack = optim_cfg.shared_prefix, optim_cfg.pack
-    old = None if single_step else logprobs_no_grad(model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
-                                                     shared_prefix=shared, pack=pack)
+
+    def by_row(lps: list[torch.Tensor]) -> list[torch.Tensor | None]:
+        out: list[torch.Tensor | None] = [None] * n
+        for k, i in enumerate(mine):
+            out[int(i)] = lps[k]
+        return out
+
+    old = None if single_step else by_row(logprobs_no_grad(model, roll, mine, micro, pad_id, temperature,
+                                                           micro_tokens, shared_prefix=shared, pack=pack, dist=dist))
     ref = None
     t_ref = time.perf_counter()
     if loss_cfg.beta_kl > 0:
         if ref_model is None:
             raise ValueError("loss.beta_kl > 0 needs a reference model")
-        ref = logprobs_no_grad(ref_model, roll, all_rows, micro, pad_id, temperature, micro_tokens,
-                               shared_prefix=shared, pack=pack)
+        # the reference model is not sharded (no collective): no padding
+        ref = by_row(logprobs_no_grad(ref_model, roll, mine, micro, pad_id, temperature, micro_tokens,
+                                      shared_prefix=shared, pack=pack))
     t_ref = time.perf_counter() - t_ref
     skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
     sig_pg = np.zeros(n, dtype=np.float64)
@@ -634,9 +680,14 @@ def ppo_update(
             n_tok = float(lengths[mb].sum())
             n_seq = float((lengths[mb] > 0).sum()) if loss_cfg.agg == "seq-mean-token-mean" else float(len(mb))
             rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
+            rows = rows[is_mine[rows]]
             optimizer.zero_grad(set_to_none=True)
-            for part in _micro_batches(roll, rows, micro, micro_tokens, shared):
-                logp, mask = _part_logprobs(model, roll, part, pad_id, temperature, shared, device, pack)
+            parts = _micro_batches(roll, rows, micro, micro_tokens, shared)
+            for part in _padding(parts, dist, mine):  # FSDP: as many forward/backward passes as the busiest process
+                logp, _ = _part_logprobs(model, roll, part, pad_id, temperature, shared, device, pack, one_pass)
+                (logp.sum() * 0.0).backward()
+            for part in parts:
+                logp, mask = _part_logprobs(model, roll, part, pad_id, temperature, shared, device, pack, one_pass)
                 width = logp.shape[1]
                 old_lp = logp.detach() if old is None else _stack([old[i] for i in part], width)
                 ref_lp = None if ref is None else _stack([ref[i] for i in part], width)
@@ -647,7 +698,8 @@ def ppo_update(
                     denom=n_tok if loss_cfg.agg == "token-mean" else n_seq, token_denom=n_tok,
                     clip_ratio_c=loss_cfg.clip_ratio_c,
                 )
-                loss.backward()
+                # FSDP averages the gradients over processes; the loss is already normalised by the whole batch
+                (loss * grad_scale).backward()
                 if epoch == 0:  # the controllers' per-response losses: reductions of the loss's own terms
                     sig_pg[part] = per_response_mean(terms.pg, mask).double().cpu().numpy()
                     if terms.kl is not None:
@@ -660,6 +712,11 @@ def ppo_update(
             grad_norms.append(float(gn))
             optimizer.step()
     scheduler.step()
+    if dist is not None and dist.active:  # each row was computed by one process: sums over processes are totals
+        sig_pg, sig_kl = dist.sum_array(sig_pg), dist.sum_array(sig_kl)
+        keys = sorted({k for ks in dist.all_gather_object(sorted(totals)) for k in ks})
+        summed = dist.sum_array(np.asarray([totals.get(k, 0.0) for k in keys]))
+        totals = dict(zip(keys, (float(v) for v in summed)))
     n_steps = optim_cfg.ppo_epochs * optim_cfg.mini_batches
     out = {f"train/{k}": v / n_steps for k, v in totals.items()}
     if ref is None:

@@ -312,6 +312,26 @@ def _too_large(parsed: list) -> bool:
     return any(_digits(p) > _MAX_DIGITS for p in parsed if isinstance(p, (sympy.Basic, MatrixBase)))
 
 
+_WARM = False
+
+
+def _warm_up() -> None:
+    """Once per process, an unbounded parse and verify of a fixed expression before any bounded one: the first call
+    in a process loads math-verify's grammars and sympy. Seen: longer than the time bound, so that the first gold
+    needing a parse was scored as bad and its completion as wrong, in one of two runs that were otherwise equal."""
+    global _WARM
+    if _WARM:
+        return
+    _WARM = True
+    import math_verify
+
+    try:
+        math_verify.verify(math_verify.parse("$\\frac{1}{2}$", _LATEX_AND_EXPR, parsing_timeout=None),
+                           math_verify.parse("$0.5$", _LATEX_AND_EXPR, parsing_timeout=None), timeout_seconds=None)
+    except Exception as err:  # noqa: BLE001 (a warm-up only: scoring reports its own errors)
+        logger.debug("math-verify warm-up failed: %s", err)
+
+
 class MathVerifyReward:
     """math-verify reward with a bounded-time policy (see the module docstring).
 
@@ -346,6 +366,7 @@ class MathVerifyReward:
                 f"completions, golds and finished must have equal lengths, "
                 f"got {len(completions)}, {len(golds)}, {len(finished)}"
             )
+        _warm_up()
         cfg = self.config
         n = len(completions)
         correct = np.zeros(n, dtype=bool)

@@ -24,14 +24,17 @@ from tqdm.auto import tqdm
 
 from gdro.advantages import group_advantages
 from gdro.checkpoint import (
+    CKPT_ROOT,
     CheckpointConfig,
     load_checkpoint,
     read_meta,
     rng_state,
     save_checkpoint,
     set_rng_state,
+    step_dirname,
 )
 from gdro.data.synthetic import Problem
+from gdro.distributed import Dist, StateView, full_state_dict, shard_groups
 from gdro.evaluation import EvalConfig, evaluate
 from gdro.interfaces import (
     DifficultyClassifier,
@@ -44,7 +47,7 @@ from gdro.interfaces import (
 )
 from gdro.loss import LossConfig
 from gdro.policy import OptimConfig, ppo_update
-from gdro.rollout.base import Generator, SamplingParams
+from gdro.rollout.base import Generator, RolloutBatch, SamplingParams, concat_rollouts
 from gdro.tracking import RunRecord
 
 if TYPE_CHECKING:
@@ -163,6 +166,7 @@ class Trainer:
     record: RunRecord | None = None  # run.json: last_step is kept current at each checkpoint
     stop: StopRequest | None = None
     config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
+    dist: Dist = field(default_factory=Dist)  # this process's rank among the run's processes (gdro.distributed)
 
     def fit(self) -> list[dict[str, Any]]:
         """Train for ``run.steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
@@ -220,11 +224,11 @@ class Trainer:
             ids = self.sampler.sample(run.prompts_per_step, rng_sampler, self.classifier)
             bins = self.classifier.bins(ids)
             n = self.allocator.allocate(bins, budget=len(ids) * run.rollouts_per_prompt)
+            # 2. sample from the current policy (in shards of whole groups when the step is split across processes)
+            ids, bins, n, bounds = self._shard_order(ids, bins, n)
             probs = [self.train_problems[i] for i in ids]
-            # 2. sample from the current policy
-            roll = self.engine.generate(
-                [p.prompt for p in probs], n, seed=derive_seed(run.seed, STREAM_ROLLOUT, step), sampling=self.train_sampling
-            )
+            roll = self._generate([p.prompt for p in probs], n, bounds, step)
+            local = self._local_rows(roll, bounds)
             t_gen = time.perf_counter() - t0
             tr = time.perf_counter()
             # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
@@ -244,7 +248,7 @@ class Trainer:
             stats, losses = ppo_update(
                 self.policy, optimizer, scheduler, roll, adv * torch.as_tensor(mult, dtype=adv.dtype),
                 self.loss_cfg, self.optim_cfg, temperature=self.train_sampling.temperature, pad_id=pad_id,
-                rng=rng_update, ref_model=self.ref_model,
+                rng=rng_update, ref_model=self.ref_model, local_rows=local, dist=self.dist,
             )
             t_upd = time.perf_counter() - t1
             # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
@@ -259,7 +263,7 @@ class Trainer:
             self.classifier.update(feedback)
             t_ctrl += time.perf_counter() - tc
             ts = time.perf_counter()
-            self.engine.sync_weights(self.policy)
+            self._sync_engine()
             t_sync = time.perf_counter() - ts
             row = {"step": step, **stats, **self._rollout_metrics(roll, scored, feedback.n_correct, adv, max_new)}
             row.update(self.reward.metrics(scored))
@@ -274,7 +278,7 @@ class Trainer:
             bar.set_postfix({"reward": f"{row['reward/mean']:.3f}", **self._eval_postfix(rows)})
             # 6. checkpoint on schedule, at the end, or when a signal asked us to stop (after this step's row)
             ckpt = None
-            if self.ckpt_cfg.due(step, run.steps) or (self.stop is not None and self.stop.requested):
+            if self.ckpt_cfg.due(step, run.steps) or self._stop_requested():
                 ckpt = self._save_checkpoint(step, optimizer, scheduler, rngs)
             self._check_stop(step, ckpt)
         bar.close()
@@ -282,39 +286,116 @@ class Trainer:
             self.save(self.run_dir / "checkpoint")
         return rows
 
+    # -- the step split across processes (gdro.distributed; one process: shards=1 changes nothing) ---------------
+    def _shard_order(self, ids, bins, n):
+        """The step's prompts reordered shard by shard (whole groups, balanced by rollouts) and the shard bounds
+        (``bounds[s]:bounds[s+1]`` are shard ``s``'s prompts). One shard: the order as sampled."""
+        k = self.dist.shards
+        if k == 1:
+            return ids, bins, n, [0, len(ids)]
+        parts = shard_groups(n, k)
+        order = np.concatenate(parts)
+        bounds = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).tolist()
+        reorder = (lambda x: x[order]) if isinstance(ids, np.ndarray) else (lambda x: [x[i] for i in order])
+        return reorder(ids), np.asarray(bins)[order], np.asarray(n)[order], bounds
+
+    def _generate(self, prompts: list[str], n, bounds: list[int], step: int) -> RolloutBatch:
+        """One shard: the whole batch with the step's seed. Several: this process's shards, each with its own seed,
+        then every process's shards gathered in shard order, so every process holds the same whole batch."""
+        run, sampling = self.run, self.train_sampling
+        if self.dist.shards == 1:
+            return self.engine.generate(prompts, n, seed=derive_seed(run.seed, STREAM_ROLLOUT, step), sampling=sampling)
+        mine = [self.engine.generate(prompts[bounds[s]:bounds[s + 1]], n[bounds[s]:bounds[s + 1]],
+                                     seed=derive_seed(run.seed, STREAM_ROLLOUT, step, s), sampling=sampling)
+                for s in self.dist.my_shards()]
+        return concat_rollouts([b for per_rank in self.dist.all_gather_object(mine) for b in per_rank])
+
+    def _local_rows(self, roll: RolloutBatch, bounds: list[int]) -> np.ndarray | None:
+        """The rows this process trains on (its shards' groups); None in one process (every row)."""
+        if not self.dist.active:
+            return None
+        mine = self.dist.my_shards()
+        lo, hi = bounds[mine[0]], bounds[mine[-1] + 1]
+        return np.flatnonzero((roll.group_index >= lo) & (roll.group_index < hi))
+
+    def _sync_engine(self) -> None:
+        """The engine samples from the updated policy: the policy itself (HF, one process), or its full weights
+        (vLLM; HF across processes, where the engine holds its own unsharded copy)."""
+        if self.dist.active:
+            self.engine.sync_weights(StateView(full_state_dict(self.policy, self.dist)))
+        else:
+            self.engine.sync_weights(self.policy)
+
+    def _stop_requested(self) -> bool:
+        """A signal on any process stops every process after the same step (so that all save the checkpoint)."""
+        local = self.stop is not None and self.stop.requested
+        return bool(self.dist.max_int(int(local))) if self.dist.active else local
+
     def _check_stop(self, step: int, ckpt: Path | None) -> None:
-        if self.stop is not None and self.stop.requested:
-            raise Interrupted(self.stop.signum, step, ckpt)
+        if self._stop_requested():
+            raise Interrupted(self.stop.signum if self.stop is not None and self.stop.requested else signal.SIGTERM,
+                              step, ckpt)
 
     def _save_checkpoint(self, step: int, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> Path:
         """Everything the next step depends on, written atomically after the step's metrics row."""
         position = self.logger.position()
-        files = {
-            "policy": self.policy.state_dict(),
-            "optimizer": {"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict()},
-            "trainer": {
-                "step": step, "sampler": self.sampler.state_dict(), "classifier": self.classifier.state_dict(),
-                "allocator": self.allocator.state_dict(), "rng": rng_state(rngs),
-            },
-        }
-        meta = {"config": self.config, "metrics_bytes": position}
-        path = save_checkpoint(self.run_dir, step, files, meta, keep=self.ckpt_cfg.keep)
-        if self.record is not None:
-            self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.run_dir)))
+        policy_state, optim_state = self._full_states(optimizer)  # every process takes part (FSDP)
+        path = self.run_dir / CKPT_ROOT / step_dirname(step)
+        if self.dist.main:
+            files = {
+                "policy": policy_state,
+                "optimizer": {"optimizer": optim_state, "scheduler": scheduler.state_dict()},
+                "trainer": {
+                    "step": step, "sampler": self.sampler.state_dict(), "classifier": self.classifier.state_dict(),
+                    "allocator": self.allocator.state_dict(), "rng": rng_state(rngs),
+                    "world_size": self.dist.world,
+                },
+            }
+            meta = {"config": self.config, "metrics_bytes": position, "world_size": self.dist.world}
+            path = save_checkpoint(self.run_dir, step, files, meta, keep=self.ckpt_cfg.keep)
+            if self.record is not None:
+                self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.run_dir)))
+        self.dist.barrier()  # the checkpoint exists before any process goes on (or stops)
         return path
+
+    def _full_states(self, optimizer) -> tuple[dict, dict]:
+        """The policy's and the optimiser's state dicts, whole: as they are in one process; under FSDP gathered to
+        rank 0 in host memory (keyed by parameter name), empty on the other ranks."""
+        if not self.dist.active:
+            return self.policy.state_dict(), optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return (full_state_dict(self.policy, self.dist, rank0_only=True),
+                get_optimizer_state_dict(self.policy, optimizer, options=opts))
 
     def _restore(self, ckpt: Path, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> int:
         """Load a checkpoint into the bound components; returns its step."""
         state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
-        self.policy.load_state_dict(state["policy"])
-        optimizer.load_state_dict(state["optimizer"]["optimizer"])
-        scheduler.load_state_dict(state["optimizer"]["scheduler"])
         tr = state["trainer"]
+        saved_world = int(tr.get("world_size", 1))
+        if saved_world != self.dist.world:
+            raise ValueError(f"{ckpt} was written by {saved_world} process(es); resume it with the same number "
+                             f"(this run has {self.dist.world})")
+        if self.dist.active:
+            from torch.distributed.checkpoint.state_dict import (
+                StateDictOptions,
+                set_model_state_dict,
+                set_optimizer_state_dict,
+            )
+
+            opts = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.policy, state["policy"], options=opts)
+            set_optimizer_state_dict(self.policy, optimizer, state["optimizer"]["optimizer"], options=opts)
+        else:
+            self.policy.load_state_dict(state["policy"])
+            optimizer.load_state_dict(state["optimizer"]["optimizer"])
+        scheduler.load_state_dict(state["optimizer"]["scheduler"])
         self.sampler.load_state_dict(tr["sampler"])
         self.classifier.load_state_dict(tr["classifier"])
         self.allocator.load_state_dict(tr["allocator"])
         set_rng_state(tr["rng"], rngs)
-        self.engine.sync_weights(self.policy)
+        self._sync_engine()
         step = int(tr["step"])
         meta_step = int(read_meta(ckpt)["step"])
         if step != meta_step:
@@ -322,6 +403,8 @@ class Trainer:
         return step
 
     def _evaluate(self) -> dict[str, float]:
+        if not self.dist.main:  # the engine holds its own copy of the weights: no collective, rank 0 evaluates
+            return {}
         t0 = time.perf_counter()
         out = evaluate(self.engine, self.test_problems, self.reward, self.eval_cfg, self.train_sampling.max_new_tokens)
         out["time/eval_s"] = time.perf_counter() - t0
@@ -362,8 +445,15 @@ class Trainer:
         from gdro.models import compute_dtype
 
         dt = compute_dtype(self.policy)
+        full = full_state_dict(self.policy, self.dist, rank0_only=True)  # every process takes part (FSDP)
+        if not self.dist.main:
+            return
         state = None
-        if any(t.is_floating_point() and t.dtype != dt for t in self.policy.state_dict().values()):
-            state = {k: t.to(dt) if t.is_floating_point() else t for k, t in self.policy.state_dict().items()}
+        if self.dist.active or any(t.is_floating_point() and t.dtype != dt for t in full.values()):
+            # a gathered state dict holds tied weights twice (lm_head = embedding): keep the first name, as HF does
+            seen, tied = set(), set()
+            for name, p in self.policy.named_parameters(remove_duplicate=False):
+                (tied if id(p) in seen else seen).add(name if id(p) in seen else id(p))
+            state = {k: t.to(dt) if t.is_floating_point() else t for k, t in full.items() if k not in tied}
         self.policy.save_pretrained(path, safe_serialization=True, state_dict=state)
         self.tokenizer.save_pretrained(path)

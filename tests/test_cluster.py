@@ -68,3 +68,17 @@ def test_every_paper_preset_composes_with_the_slurm_launcher(experiment, model):
     assert launcher.partition == "gpu" and launcher.gpus_per_node == 1 and launcher.tasks_per_node == 1
     assert launcher.timeout_min > 0 and launcher.max_num_timeout >= 1
     assert cfg.model.name_or_path == f"Qwen/{model.replace('qwen3', 'Qwen3').replace('b', 'B')}-Base"
+    assert cfg.dist.backend == "auto" and cfg.dist.shards is None  # the distributed settings, as --cfg job shows
+
+
+@pytest.mark.slow
+def test_a_submitit_job_of_two_tasks_trains_over_two_processes(tmp_path: Path):
+    """tasks_per_node=2 (on Slurm: one task per GPU): each task one process of the same FSDP run, no torchrun."""
+    sweep = tmp_path / "sweep"
+    fast = [o for o in FAST if not o.startswith("steps=")]
+    cmd = [sys.executable, "-m", "gdro.cli", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+           "seed=0", "steps=2", "threads=1", *fast, f"hydra.sweep.dir={sweep}"]
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = _runs(sweep)[0]
+    assert run["meta"]["world_size"] == 2 and run["meta"]["status"] == "completed" and run["steps"] == [1, 2]

@@ -44,7 +44,7 @@ from gdro.trainer import RunConfig
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
-NOT_COMPONENT_GROUPS = {"experiment", "benchmarks", "memory"}  # presets (deltas of other groups) | eval entries | per-size deltas
+NOT_COMPONENT_GROUPS = {"experiment", "benchmarks", "memory", "hydra"}  # presets | eval entries | per-size deltas | Hydra launchers
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
 
@@ -187,9 +187,19 @@ def test_checkpoint_node_defaults_equal_train_yaml():
     assert not problems, "\n".join(problems)
 
 
+def test_dist_defaults_equal_train_yaml():
+    from gdro.distributed import DistConfig
+
+    node = OmegaConf.to_container(compose_cfg().dist)
+    node.pop("_target_")
+    assert set(node) == set(python_defaults(DistConfig)), "dist: keys vs DistConfig fields"
+    problems = disagreements(DistConfig, node, "conf/train.yaml dist:")
+    assert not problems, "\n".join(problems)
+
+
 def test_run_config_defaults_equal_train_yaml_top_level_keys():
     cfg = compose_cfg()
-    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint"}
+    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist"}
     assert top == set(python_defaults(RunConfig)), "conf/train.yaml top-level keys vs RunConfig fields"
     values = {k: cfg[k] for k in top}
     problems = disagreements(RunConfig, values, "conf/train.yaml")

@@ -79,6 +79,26 @@ class RolloutBatch:
         return len(self.completion_ids)
 
 
+def concat_rollouts(batches: Sequence[RolloutBatch]) -> RolloutBatch:
+    """The batches' groups one after another (group indices shifted), as one batch."""
+    if not batches:
+        raise ValueError("concat_rollouts needs at least one batch")
+    if len(batches) == 1:
+        return batches[0]
+    offsets = np.cumsum([0] + [b.num_groups for b in batches[:-1]])
+    with_lp = [b.logprobs is not None for b in batches]
+    if any(with_lp) and not all(with_lp):
+        raise ValueError("concat_rollouts: some batches carry log-probs and some do not")
+    return RolloutBatch(
+        prompt_token_ids=[p for b in batches for p in b.prompt_token_ids],
+        group_index=np.concatenate([b.group_index + o for b, o in zip(batches, offsets)]).astype(np.int64),
+        completion_ids=[c for b in batches for c in b.completion_ids],
+        logprobs=[x for b in batches for x in b.logprobs] if all(with_lp) else None,
+        texts=[t for b in batches for t in b.texts],
+        finish_reasons=[r for b in batches for r in b.finish_reasons],
+    )
+
+
 @runtime_checkable
 class Generator(Protocol):
     """What the trainer and the evaluator need from a rollout engine (built by ``gdro.rollout.make_engine``).

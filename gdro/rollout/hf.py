@@ -124,8 +124,14 @@ class HFGenerator:
         return next(self.model.parameters()).device
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        if model is not self.model:
-            raise ValueError("HFGenerator samples from the policy object itself; pass that same model")
+        """Nothing to do when ``model`` is the engine's own model (one process: the policy itself). Anything else
+        that is not a module (``gdro.distributed.StateView``: the full weights of a sharded policy) is loaded into
+        the engine's own copy."""
+        if model is self.model:
+            return
+        if isinstance(model, torch.nn.Module):
+            raise ValueError("HFGenerator samples from the policy object itself; pass that same model")  # noqa: TRY004
+        self.model.load_state_dict(model.state_dict())
 
     def generate(
         self, prompts: Sequence[str], n: Sequence[int], *, seed: int, sampling: SamplingParams
