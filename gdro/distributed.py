@@ -6,8 +6,9 @@ Every rank runs the same controllers on the same inputs (classifier, sampler, al
 communication needed to agree on prompts, bins and allocations). The step's prompts are then split into
 ``shards`` whole groups (:func:`shard_groups`, balanced by rollouts); each rank generates its shard with the
 shard's own seed, and the shards are all-gathered so that every rank holds the step's whole rollout batch, in the
-same order. Rewards, advantages, multipliers, the controllers' feedback and the metrics are computed from it on
-every rank alike. The update is data-parallel: each rank forwards and backwards only its own shard's rows, with
+same order. Each rank scores its own rows and the verdicts are all-gathered as well (a verdict under the reward's
+time bound depends on timing). Advantages, multipliers, the controllers' feedback and the metrics are then
+computed on every rank alike. The update is data-parallel: each rank forwards and backwards only its own shard's rows, with
 the loss's denominators (token-mean over the whole mini-batch) taken from the whole batch, and FSDP2
 (``torch.distributed.fsdp.fully_shard``) reduce-scatters the gradients (their mean, times the world size), so the update equals the
 one-process update on the same rollouts up to float rounding. The controllers' per-response losses are

@@ -7,6 +7,7 @@ loss weights → clipped-surrogate update → controller updates → log.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import signal
 import threading
@@ -232,7 +233,7 @@ class Trainer:
             t_gen = time.perf_counter() - t0
             tr = time.perf_counter()
             # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
-            scored = self.reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+            scored = self._score(roll, [probs[g].answer for g in roll.group_index], local)
             rewards = torch.as_tensor(scored.rewards, dtype=torch.float32)
             gidx = torch.as_tensor(roll.group_index)
             adv = group_advantages(
@@ -317,6 +318,23 @@ class Trainer:
         mine = self.dist.my_shards()
         lo, hi = bounds[mine[0]], bounds[mine[-1] + 1]
         return np.flatnonzero((roll.group_index >= lo) & (roll.group_index < hi))
+
+    def _score(self, roll: RolloutBatch, golds: list[str], local: np.ndarray | None):
+        """The step's verdicts. Across processes each scores its own rows and the verdicts are all-gathered: the
+        reward's time bound makes a verdict depend on timing, so processes scoring the same row could disagree and
+        their controllers drift apart."""
+        if local is None:
+            return self.reward.score(roll.texts, golds, roll.finished)
+        finished = roll.finished
+        mine = self.reward.score([roll.texts[i] for i in local], [golds[i] for i in local], finished[local])
+        rewards, correct = np.zeros(len(roll), dtype=np.float64), np.zeros(len(roll), dtype=bool)
+        counts: dict[str, int] = {}
+        for rows, batch in self.dist.all_gather_object((local, mine)):
+            rewards[rows], correct[rows] = batch.rewards, batch.correct
+            for f in dataclasses.fields(batch):
+                if f.name.startswith("n_"):
+                    counts[f.name] = counts.get(f.name, 0) + int(getattr(batch, f.name))
+        return dataclasses.replace(mine, rewards=rewards, correct=correct, **counts)
 
     def _sync_engine(self) -> None:
         """The engine samples from the updated policy: the policy itself (HF, one process), or its full weights
