@@ -138,9 +138,13 @@ def init(cfg: DistConfig, device: torch.device) -> Dist:
         raise ValueError(f"dist.shards={shards} must be a multiple of the world size {world}")
     if world == 1:
         return Dist(shards=shards)
+    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
     if not torch.distributed.is_initialized():
-        backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
         torch.distributed.init_process_group(backend=backend)
+    elif cfg.backend != "auto" and torch.distributed.get_backend() != cfg.backend:
+        # gdro-train joins the group before Hydra composes (it reads dist.backend from the command line only)
+        raise ValueError(f"dist.backend={cfg.backend}: the process group was started with "
+                         f"{torch.distributed.get_backend()}; pass dist.backend on the command line")
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (world,))
