@@ -60,7 +60,7 @@ def _join_processes() -> None:
     """Under ``torchrun`` (several processes): join the process group before Hydra starts, so that every process
     resolves the run dir's ``${now:...}`` to rank 0's start time (one run dir), and only rank 0 writes Hydra's files
     and log there (the others log to stdout)."""
-    from gdro.distributed import env_world_size
+    from gdro.distributed import env_world_size, resolve_backend
 
     if env_world_size() == 1:
         return
@@ -68,9 +68,8 @@ def _join_processes() -> None:
 
     import torch
 
-    backend = next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("dist.backend=")), "auto")
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    backend = resolve_backend(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("dist.backend=")),
+                                   "auto"), torch.cuda.is_available())
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
     if backend == "nccl":

@@ -64,6 +64,11 @@ def export_job_environment() -> None:
         TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
 
 
+def resolve_backend(backend: str, cuda: bool) -> str:
+    """``auto`` → nccl on CUDA, gloo on the CPU; any other name as it is."""
+    return backend if backend != "auto" else ("nccl" if cuda else "gloo")
+
+
 def env_world_size() -> int:
     """The world size ``torchrun`` (or :func:`export_job_environment`) announces (1 without it)."""
     try:
@@ -138,7 +143,7 @@ def init(cfg: DistConfig, device: torch.device) -> Dist:
         raise ValueError(f"dist.shards={shards} must be a multiple of the world size {world}")
     if world == 1:
         return Dist(shards=shards)
-    backend = cfg.backend if cfg.backend != "auto" else ("nccl" if device.type == "cuda" else "gloo")
+    backend = resolve_backend(cfg.backend, device.type == "cuda")
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
     elif cfg.backend != "auto" and torch.distributed.get_backend() != cfg.backend:

@@ -514,12 +514,8 @@ def add_tail_metrics(runs: list[Run], levels: list[int]) -> list[str]:
     added: set[str] = set()
     for run in runs:
         for row in run.eval_rows():
-            families = {}
-            for key in row:
-                m = METRIC_KEY.match(key)
-                if m and m["sub"] is None:
-                    families[key] = key
-            for head in families:
+            heads = [k for k in row if (m := METRIC_KEY.match(k)) and m["sub"] is None]
+            for head in heads:
                 vals = [row.get(f"{head}/level_{lv}") for lv in levels]
                 if all(isinstance(v, (int, float)) and math.isfinite(v) for v in vals):
                     row[f"{head}/{sub}"] = float(np.mean(vals))
@@ -580,14 +576,12 @@ def paired_comparison(runs: list[Run], keys: list[str], *, tail_key: str | None 
         rs = groups[method]
         row: dict = {"method": method, "name": display_name(method), "n": len(rs), "delta": {}, "pairs": 0}
         if method != BASELINE and base:
-            paired = [(r, base[str(r.seed)]) for r in rs if str(r.seed) in base]
+            paired = [(_select_row(r, which) or {}, _select_row(base[str(r.seed)], which) or {})
+                      for r in rs if str(r.seed) in base]
             row["pairs"] = len(paired)
             for key in keys:
-                diffs = []
-                for r, b in paired:
-                    a, z = (_select_row(r, which) or {}).get(key), (_select_row(b, which) or {}).get(key)
-                    if isinstance(a, (int, float)) and isinstance(z, (int, float)):
-                        diffs.append(a - z)
+                diffs = [a[key] - z[key] for a, z in paired
+                         if isinstance(a.get(key), (int, float)) and isinstance(z.get(key), (int, float))]
                 row["delta"][key] = mean_ci(diffs)
         row["steps"] = ([steps_to(r, tail_key, info["threshold"]) for r in rs]
                         if tail_key and info["threshold"] is not None else [])
