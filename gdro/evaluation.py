@@ -68,13 +68,28 @@ def summarize(correct: np.ndarray, group_index: np.ndarray, levels: Sequence[int
     return out
 
 
-def evaluate(engine: Generator, problems: Sequence, reward, cfg: EvalConfig, max_new_tokens: int) -> dict[str, float]:
-    """Sample ``cfg.k`` completions for each problem and score them; figures are percentages."""
+def evaluate(
+    engine: Generator, problems: Sequence, reward, cfg: EvalConfig, max_new_tokens: int,
+    samples: list[dict] | None = None,
+) -> dict[str, float]:
+    """Sample ``cfg.k`` completions for each problem and score them; figures are percentages.
+
+    Scoring uses the reward's evaluation form where it has one (``reward.for_eval()``: the whole completion,
+    not the training reward's window). ``samples``, when given, receives one record per completion (uid,
+    sample index, completion, finished, correct): what ``gdro-rescore`` reads back.
+    """
     probs = subset(problems, cfg.max_problems)
     roll = engine.generate(
         [p.prompt for p in probs], [cfg.k] * len(probs), seed=cfg.seed, sampling=cfg.sampling(max_new_tokens)
     )
-    scored = reward.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+    scorer = reward.for_eval() if hasattr(reward, "for_eval") else reward
+    scored = scorer.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+    if samples is not None:
+        seen: dict[int, int] = defaultdict(int)
+        for i, g in enumerate(roll.group_index.tolist()):
+            samples.append({"uid": probs[g].uid, "sample": seen[g], "completion": roll.texts[i],
+                            "finished": bool(roll.finished[i]), "correct": bool(scored.correct[i])})
+            seen[g] += 1
     out = summarize(scored.correct, roll.group_index, [p.level for p in probs], cfg.k)
     out["eval/len_mean"] = float(roll.lengths.mean())
     out["eval/truncated_frac"] = float((~roll.finished).mean())

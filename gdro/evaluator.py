@@ -63,6 +63,7 @@ class EvalPlan:
     reports: dict[str, str] = field(default_factory=dict)
     threads: int | None = None
     device: str = "auto"  # the `device` setting: auto | cpu | cuda | cuda:N (checked by build_plan)
+    golds: dict[str, Any] = field(default_factory=dict)  # benchmark -> its golds prepared at load (GoldTable)
 
 
 def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
@@ -91,21 +92,22 @@ def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
     return out
 
 
-def _load_problems(entry: dict[str, Any], i: int) -> tuple[list[Problem], str]:
+def _load_problems(entry: dict[str, Any], i: int) -> tuple[list[Problem], str, Any]:
     name = entry.pop("name")
     files = entry.pop("data_files", None)
+    golds = None
     try:
         if name == TOY:
             problems = CopyTask(**entry).test()
             summary = f"{TOY} (embedded CopyTask test split): {len(problems)} problems"
         else:
             problems, report = load_benchmark(name, data_files=files, **entry)
-            summary = report.summary()
+            summary, golds = report.summary(), report.golds
     except (TypeError, ValueError) as err:
         raise ConfigError(f"benchmarks[{i}] ({name}): {err}") from err
     if not problems:
         raise ConfigError(f"benchmarks[{i}] ({name}) has no usable problems: {summary}")
-    return problems, summary
+    return problems, summary, golds
 
 
 def build_plan(cfg: DictConfig) -> EvalPlan:
@@ -137,12 +139,12 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
     except (ValueError, TypeError) as err:
         raise rewrite(err, {"device": device}, "") from err
     entries = _entries(cfg)
-    benchmarks, reports = {}, {}
+    benchmarks, reports, golds = {}, {}, {}
     for i, entry in enumerate(entries):
         name = entry["name"]
-        benchmarks[name], reports[name] = _load_problems(entry, i)
+        benchmarks[name], reports[name], golds[name] = _load_problems(entry, i)
         log.info("%s", reports[name])
-    return EvalPlan(parts, benchmarks, reports, threads, device)
+    return EvalPlan(parts, benchmarks, reports, threads, device, golds=golds)
 
 
 def aggregate(per_bench: dict[str, dict[str, float]], k: int) -> dict[str, float]:
@@ -211,10 +213,15 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     model, tokenizer = load_model(spec, device=plan.device, tokenizer=tokenizer)
     engine = make_engine(eng_cfg, model, tokenizer, spec)  # samples on the model's device
     k = eval_cfg.k
+    reward = plan.parts["reward"]
+    for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
+        if table is not None and hasattr(reward, "use_golds"):
+            reward.use_golds(table)
     per_bench: dict[str, dict[str, float]] = {}
+    samples: list[dict] = []
     for name, problems in plan.benchmarks.items():
         t0 = time.perf_counter()
-        per_bench[name] = evaluate(engine, problems, plan.parts["reward"], eval_cfg, spec.max_new_tokens)
+        per_bench[name] = evaluate(engine, problems, reward, eval_cfg, spec.max_new_tokens, samples=samples)
         log.info("%s: mean@%d %.2f pass@%d %.2f (%d problems, %.1fs)", name, k, per_bench[name][f"eval/mean@{k}"],
                  k, per_bench[name][f"eval/pass@{k}"], per_bench[name]["eval/n_problems"], time.perf_counter() - t0)
     metrics = aggregate(per_bench, k)
@@ -229,6 +236,8 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
     (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
+    with open(out_dir / "samples.jsonl", "w") as fh:  # every completion and its verdict: gdro-rescore reads it
+        fh.writelines(json.dumps(row) + "\n" for row in samples)
     (out_dir / "eval.md").write_text(md)
     print(md, end="")
     return metrics

@@ -2,7 +2,20 @@
 
 What counts is the **final** answer: in ``answer_mode="boxed"`` the last complete ``\\boxed{...}`` found in
 the last ``tail_chars`` characters of a completion; in ``"any"`` math-verify's default LaTeX +
-plain-expression extraction over that same tail. A completion that hit the length limit without EOS scores
+plain-expression extraction over that same tail.
+
+Training and evaluation read a completion differently, on purpose. Training keeps the official code's window
+(``tail_chars: 300``: verl's ``math_dapo`` reads the last 300 characters), a deliberate part of the paper's reward;
+``tail_chars: null`` reads the whole completion. Evaluation (:meth:`MathVerifyReward.for_eval`, used by
+:func:`gdro.evaluation.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
+final box followed by a check of it, in text or code, is not dropped (34 such boxes in one real set of 7,565).
+
+Answers and golds are read by gdro's rules before math-verify (:mod:`gdro.golds`): Python/scientific floats
+(``4.5e33``) are their value, ``-1./3`` is ``-1/3``, a percent sign on either side accepts both readings
+(``x%`` ≡ ``x`` ≡ ``x/100``), a relation is read from its right-hand side, a gold math-verify cannot read is
+compared as normalised text and reported. **Golds are prepared once with no time bound** (:meth:`use_golds`
+takes a loader's :class:`~gdro.golds.GoldTable`; a gold met first while scoring is prepared then, unbounded), so
+a verdict never depends on how loaded the machine was when a long gold was parsed. A completion that hit the length limit without EOS scores
 as incorrect when ``require_eos`` is set (tiny models otherwise learn to fill the window with guesses).
 
 Bounded time, and why it is done here rather than by math-verify's own
@@ -73,6 +86,7 @@ math-verify's LaTeX parser sees it; ``"any"`` adds math-verify's expression extr
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import math
@@ -91,6 +105,8 @@ import numpy as np
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy.matrices import MatrixBase
+
+from gdro.golds import ALT_SEP, Gold, GoldTable, normalize_text, numbers_agree, prepare_gold, read, rewrite_numbers
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +132,7 @@ _PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify compares exact
 # A decimal literal with an E exponent of 6+ digits ("2E852868", "1.5E+900000", "2E-852868"): sympy turns it into an
 # exact number in one C call that the deadline cannot interrupt (measured 6-28 s; one such answer cost a training
 # step 22 s). Its exact value needs more than _MAX_DIGITS digits, so it scores as the magnitude guard would have it.
-_HUGE_EXPONENT = re.compile(r"[0-9]E[+-]?0*[1-9][0-9]{5,}")
+_HUGE_EXPONENT = re.compile(r"[0-9][eE][+-]?0*[1-9][0-9]{5,}")  # (a lowercase e too: gdro.golds reads it as 10^)
 _LEADING_TOKEN = re.compile(r"^\S*")
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 _LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
@@ -131,7 +147,8 @@ class RewardConfig:
     correct: float = 1.0  # reward of a verified answer (paper: +1)
     incorrect: float = 0.0  # reward of anything else (paper: -1)
     require_eos: bool = True  # finished=False (length limit hit) scores as incorrect, counted as truncated
-    tail_chars: int = 300  # only the last N characters are parsed: the final answer is what counts
+    tail_chars: int | None = 300  # training reads only the last N characters (official code); None = all
+    eval_tail_chars: int | None = None  # evaluation's window (for_eval); None = the whole completion
     timeout_s: float = 1.0  # per parse and per verify (main thread only; see module docstring)
     answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction
     cache_size: int = 65_536  # LRU entries of (answer text, gold) -> result, and of parsed golds
@@ -144,8 +161,10 @@ class RewardConfig:
             raise ValueError(
                 f"correct must be > incorrect, got correct={self.correct}, incorrect={self.incorrect}"
             )
-        if not self.tail_chars > 0:
-            raise ValueError(f"tail_chars must be > 0, got {self.tail_chars}")
+        for key in ("tail_chars", "eval_tail_chars"):
+            value = getattr(self, key)
+            if value is not None and not value > 0:
+                raise ValueError(f"{key} must be > 0 or null (the whole completion), got {value}")
         if not 0 < self.timeout_s <= _MAX_TIMEOUT_S:
             raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:g} s, got {self.timeout_s}")
         if self.answer_mode not in ANSWER_MODES:
@@ -231,14 +250,14 @@ def _deadline(seconds: float) -> Iterator[None]:
             signal.setitimer(signal.ITIMER_REAL, remaining, outer_interval)
 
 
-def tail(text: str, n: int, *, whole_tokens: bool = False) -> str:
-    """The last ``n`` characters of ``text``.
+def tail(text: str, n: int | None, *, whole_tokens: bool = False) -> str:
+    """The last ``n`` characters of ``text`` (all of it for ``None``).
 
     With ``whole_tokens`` a token cut by the window (a leading non-whitespace run not preceded by whitespace)
     is dropped, so that "... 389192" is never read as "9192". ``answer_mode="any"`` uses it; "boxed" needs no
     trimming, since any box found in a plain window is complete.
     """
-    if len(text) <= n:
+    if n is None or len(text) <= n:
         return text
     window = text[-n:]
     if whole_tokens and not text[-n - 1].isspace():
@@ -345,11 +364,12 @@ class MathVerifyReward:
         self.config = config if config is not None else RewardConfig(**kwargs)
         self._extraction = _LATEX_ONLY if self.config.answer_mode == "boxed" else _LATEX_AND_EXPR
         self._results: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
-        self._golds: OrderedDict[str, list] = OrderedDict()
+        self._golds: OrderedDict[str, Gold] = OrderedDict()  # prepared once, unbounded (gdro.golds)
         self._fast_golds: OrderedDict[str, bool] = OrderedDict()  # gold -> eligible for the fast path
         self.fast_hits = 0  # completions scored correct by the exact-match fast path (no math-verify call)
         self.fast_rejects = 0  # completions scored incorrect by the integer fast path (no math-verify call)
         self._logged_errors: set[type] = set()  # exception types already logged (once each)
+        self._eval: MathVerifyReward | None = None  # for_eval's reward, made on first use
 
     def __getattr__(self, name: str) -> Any:
         """The hyperparameters read as attributes too: ``reward.incorrect is reward.config.incorrect``."""
@@ -376,8 +396,8 @@ class MathVerifyReward:
                 counts["truncated"] += 1
                 continue
             plain = self._plain_gold(gold)  # a plain integer always parses: math-verify's parse only if needed
-            gold_parsed = None if plain else self.parse_gold(gold)
-            if not plain and not gold_parsed:
+            prepared = None if plain else self.prepare(gold)
+            if prepared is not None and not prepared.parsed:
                 counts["bad_gold"] += 1
                 continue
             if cfg.answer_mode == "boxed":
@@ -387,19 +407,19 @@ class MathVerifyReward:
             if not answer or not answer.strip():
                 counts[UNPARSABLE] += 1
                 continue
-            if self._fast_match(answer, gold, gold_parsed):
+            if self._fast_match(answer, gold, prepared):
                 self.fast_hits += 1
                 correct[i] = True
                 continue
             if plain and _PLAIN_INT.fullmatch(answer.strip()) and int(answer) != int(gold):
                 self.fast_rejects += 1
                 continue
-            if gold_parsed is None:
-                gold_parsed = self.parse_gold(gold)
-                if not gold_parsed:  # (cannot happen for a plain integer; kept so that no path skips the check)
+            if prepared is None:
+                prepared = self.prepare(gold)
+                if not prepared.parsed:  # (cannot happen for a plain integer; kept so that no path skips the check)
                     counts["bad_gold"] += 1
                     continue
-            status, ok = self._check(answer, gold, gold_parsed)
+            status, ok = self._check(answer, gold, prepared)
             if status != OK:
                 counts[status] += 1
             correct[i] = ok
@@ -415,33 +435,50 @@ class MathVerifyReward:
         )
 
     def parse_gold(self, gold: str) -> list:
-        """math-verify's parse of ``\\boxed{gold}`` (LaTeX + plain expressions), cached; [] if unparsable.
+        """The gold read by gdro's rules and math-verify (:meth:`prepare`); [] if it cannot be read at all."""
+        return self.prepare(gold).parsed
 
-        Use it at data-preparation time to drop problems whose gold does not parse (they can never be solved).
+    def prepare(self, gold: str) -> Gold:
+        """The gold prepared once with **no time bound** (:func:`gdro.golds.prepare_gold`), cached.
+
+        A gold is data, not model text: a long one must not be counted as bad because its parse met a busy
+        machine. An exception while reading it is logged and the gold counts as bad (``parsed == []``).
         """
         hit = self._golds.get(gold)
         if hit is not None:
             self._golds.move_to_end(gold)
             return hit
         try:
-            parsed = self._bounded(
-                lambda: parse(f"{_BOXED}{gold}}}", _LATEX_AND_EXPR, parsing_timeout=None),
-                gold,
-                "bad_gold_count",
-            )
-        except _Deadline:
-            return []  # not cached: a slow first parse (cold caches) must not mark the gold bad for the whole run
-        if isinstance(parsed, Exception):
-            parsed = []
-        self._remember(self._golds, gold, parsed)
-        return parsed
+            prepared = prepare_gold(gold)
+        except Exception as exc:  # noqa: BLE001 -- a bad gold is reported and scored incorrect, never raised
+            self._log_error(exc, gold, "bad_gold_count")
+            prepared = Gold(parsed=[], text_only=True, rules=())
+        self._remember(self._golds, gold, prepared)
+        return prepared
 
-    def _fast_match(self, answer: str, gold: str, gold_parsed: list | None) -> bool:
+    def use_golds(self, table: GoldTable) -> None:
+        """Take golds a loader prepared (:attr:`gdro.data.benchmarks.LoadReport.golds`): no parse at scoring."""
+        for gold, prepared in table.golds.items():
+            self._remember(self._golds, gold, prepared)
+
+    def for_eval(self) -> MathVerifyReward:
+        """The evaluation reward: the same rules and prepared golds, reading ``eval_tail_chars`` (module docstring).
+
+        Cached, so repeated evaluations share one result cache; ``self`` when the two windows are equal.
+        """
+        if self.config.eval_tail_chars == self.config.tail_chars:
+            return self
+        if self._eval is None:
+            self._eval = MathVerifyReward(dataclasses.replace(self.config, tail_chars=self.config.eval_tail_chars))
+            self._eval._golds = self._golds
+        return self._eval
+
+    def _fast_match(self, answer: str, gold: str, prepared: Gold | None) -> bool:
         """Whether ``answer`` (a non-blank last box) is the gold verbatim, so math-verify's verdict is known.
 
         Rule (all of it): ``fast_path`` is on; ``answer_mode="boxed"``; the gold is a ``str`` that parses
         (checked by the caller) and is fast-path eligible (:meth:`_fast_gold`; a plain-integer gold, passed
-        unparsed as ``gold_parsed=None``, always is: :meth:`_plain_gold`); and the answer equals the gold
+        unprepared as ``prepared=None``, always is: :meth:`_plain_gold`); and the answer equals the gold
         exactly, or, for a gold without any backslash, after stripping surrounding whitespace from both. The
         answer is then parsed from the same text ``\\boxed{gold}`` as the gold was (or from one differing
         only in surrounding whitespace, which carries no meaning without LaTeX commands), so math-verify would
@@ -452,7 +489,7 @@ class MathVerifyReward:
             return False
         if answer != gold and ("\\" in gold or answer.strip() != gold.strip()):
             return False
-        return gold_parsed is None or self._fast_gold(gold, gold_parsed)
+        return prepared is None or self._fast_gold(gold, prepared)
 
     def _plain_gold(self, gold: str) -> bool:
         """Whether the fast paths can decide against ``gold`` without parsing it: ``fast_path`` on, ``"boxed"``
@@ -465,12 +502,12 @@ class MathVerifyReward:
         return cfg.fast_path and cfg.answer_mode == "boxed" and isinstance(gold, str) \
             and _PLAIN_INT.fullmatch(gold.strip()) is not None
 
-    def _fast_gold(self, gold: str, gold_parsed: list) -> bool:
+    def _fast_gold(self, gold: str, prepared: Gold) -> bool:
         """Whether a parsed gold is fast-path eligible; cached per gold. Ineligible: a gold containing
         ``boxed`` (math-verify reads a box inside it, ``last_boxed`` does not) or ``answer`` (math-verify's
         "final answer is ..." patterns rank before its box pattern, and differently for gold and answer), and a
         gold the magnitude guard rejects (an answer equal to it scores as a timeout, incorrect). A guard that
-        raises or times out makes the gold ineligible (not cached after a timeout)."""
+        raises makes the gold ineligible. Like the gold's parse, the guard on a gold runs with no time bound."""
         hit = self._fast_golds.get(gold)
         if hit is not None:
             self._fast_golds.move_to_end(gold)
@@ -479,39 +516,54 @@ class MathVerifyReward:
             eligible = False
         else:
             try:
-                with _deadline(self.config.timeout_s):
-                    try:
-                        eligible = not _too_large(gold_parsed)
-                    except Exception:  # noqa: BLE001 -- math-verify's path then meets (logs, counts) it
-                        eligible = False
-            except _Deadline:
-                return False
+                eligible = not _too_large(prepared.parsed)
+            except Exception:  # noqa: BLE001 -- math-verify's path then meets (logs, counts) it
+                eligible = False
         self._remember(self._fast_golds, gold, eligible)
         return eligible
 
-    def _check(self, answer: str, gold: str, gold_parsed: list) -> tuple[str, bool]:
-        """(status, correct) of one extracted answer text against a parsed gold; cached per (answer, gold)."""
+    def _check(self, answer: str, gold: str, prepared: Gold) -> tuple[str, bool]:
+        """(status, correct) of one extracted answer text against a prepared gold; cached per (answer, gold).
+
+        A gold math-verify cannot read (reported when prepared) is compared with the last box as normalised
+        text (:func:`gdro.golds.normalize_text`), each alternative apart; in ``"any"`` mode by math-verify.
+        """
         key = (answer, gold)
         hit = self._results.get(key)
         if hit is not None:
             self._results.move_to_end(key)
             return hit
-        text = f"{_BOXED}{answer}}}" if self.config.answer_mode == "boxed" else answer
-        try:
-            result = self._verdict(text, gold_parsed)
-        except _Deadline:
-            result = (TIMEOUT, False)
+        if prepared.text_only and self.config.answer_mode == "boxed":
+            said = normalize_text(answer)
+            result = (OK, any(said == normalize_text(alt) for alt in gold.split(ALT_SEP)))
+        else:
+            try:
+                result = self._verdict(answer, prepared.parsed)
+            except _Deadline:
+                result = (TIMEOUT, False)
         self._remember(self._results, key, result)
         return result
 
-    def _verdict(self, text: str, gold_parsed: list) -> tuple[str, bool]:
+    def _read_answer(self, answer: str) -> list:
+        """math-verify's parse of an answer by gdro's rules (:mod:`gdro.golds`): the last box's content in
+        ``"boxed"`` mode (percent, Python numbers, relations), the tail's numbers rewritten in ``"any"`` mode."""
+
+        def parse_fn(text: str) -> list:
+            return parse(text, self._extraction, parsing_timeout=None)
+
+        if self.config.answer_mode == "boxed":
+            return read(answer, parse_fn)[0]
+        return parse_fn(rewrite_numbers(answer))
+
+    def _verdict(self, answer: str, gold_parsed: list) -> tuple[str, bool]:
         """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``)."""
 
-        if _HUGE_EXPONENT.search(text):
+        if _HUGE_EXPONENT.search(answer):
             return TIMEOUT, False
+        text = f"{_BOXED}{answer}}}" if self.config.answer_mode == "boxed" else answer  # (named in the error log)
 
         def parse_and_guard() -> tuple[str, list]:
-            pred = parse(text, self._extraction, parsing_timeout=None)
+            pred = self._read_answer(answer)
             return (UNPARSABLE if not pred else TIMEOUT if _too_large(pred) else OK), pred
 
         out = self._bounded(parse_and_guard, text, "error_frac")
@@ -520,7 +572,9 @@ class MathVerifyReward:
         status, pred = out
         if status != OK:
             return status, False
-        ok = self._bounded(lambda: bool(verify(gold_parsed, pred, timeout_seconds=None)), text, "error_frac")
+        ok = self._bounded(
+            lambda: bool(verify(gold_parsed, pred, timeout_seconds=None)) and numbers_agree(gold_parsed, pred),
+            text, "error_frac")
         return (ERROR, False) if isinstance(ok, Exception) else (OK, ok)
 
     def _bounded(self, fn: Callable[[], Any], text: str, metric: str) -> Any:

@@ -237,9 +237,12 @@ def test_malformed_rows_never_raise():
         "Incorrect Answer 3": "z",
     }
     missing = {"Question": "q", "Correct Answer": "x", "Incorrect Answer 1": "y"}
-    _, report = problems_from_rows([dup, missing], gpqa)
-    assert dict(report.skipped) == {"duplicate GPQA options": 1, "wrong GPQA option count": 1}
-    assert "kept 0" in report.summary()
+    repeated_wrong = {**dup, "Incorrect Answer 1": "z"}  # two incorrect options alike: the correct one is unique
+    problems, report = problems_from_rows([dup, missing, repeated_wrong], gpqa)
+    assert dict(report.skipped) == {"correct GPQA option repeated among the incorrect ones": 1,
+                                    "wrong GPQA option count": 1}
+    assert [p.uid for p in problems] == ["gpqa_diamond/train/#00002"]
+    assert "kept 1" in report.summary()
 
 
 def test_normalize_gold():

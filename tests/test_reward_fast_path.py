@@ -203,7 +203,9 @@ def test_ineligible_golds_never_take_the_fast_path():
     texts = [f"\\boxed{{{g}}}" for g in INELIGIBLE] + [f"\\boxed{{ {g} }}" for g in TRICKY_GOLDS if "\\{" in g]
     golds = INELIGIBLE + [g for g in TRICKY_GOLDS if "\\{" in g]
     b = r.score(texts, golds, [True] * len(texts))
-    assert r.fast_hits == 0 and not b.correct[len(INELIGIBLE) :].any()
+    assert r.fast_hits == 0
+    # the "\\{" golds math-verify cannot read: compared as normalised text, where surrounding spaces carry no meaning
+    assert all(r.prepare(g).text_only for g in golds[len(INELIGIBLE) :]) and b.correct[len(INELIGIBLE) :].all()
 
 
 class _Calls:

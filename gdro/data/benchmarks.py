@@ -17,7 +17,28 @@ schema has an id column (``id_key``) and ``"<name>/<split>/#<row index>"`` other
 its id), so uids do not depend on whether the data came from the hub or from a local copy of the same split.
 
 Column names: question and answer columns are *candidate lists* tried in order (the first column present in
-the row with a non-null value wins), like the official ``_extract_question``/``_extract_answer_text``. Every
+the row with a non-null value wins), like the official ``_extract_question``/``_extract_answer_text``; a dotted
+name reaches into a struct (``reward_model.ground_truth``, where verl's DAPO release keeps the gold).
+
+Row shapes real copies use (each tested on a real file):
+
+* **chat-format prompts** (the original DAPO release, verl's format): a question that is a list of
+  ``{"role", "content"}`` messages gives the content of its last message whose role is ``chat_role``
+  (``"user"``);
+* **a gold inside a solution** (the Qwen2.5-Math harness's Minerva copy has no answer column): with
+  ``solution_key`` set, a row whose answer columns are all missing takes the last ``\\boxed{}`` of that column
+  (a row without a box there is skipped). The skip reason of a row with no answer names the setting that would
+  load it when one of its columns holds a box;
+* **list golds** (OlympiadBench's ``final_answer``): ``list_answers="auto"`` (default) reads a one-element list
+  as its element and a longer one as the parts of one answer (joined ``", "``) when the row's
+  ``multiple_answer_key`` column (``is_multiple_answer``) is true or absent, and as *alternatives* (any one is
+  correct; joined by :data:`gdro.golds.ALT_SEP`) when it is false; ``"all"`` / ``"any"`` force one reading;
+* **GPQA**: a row is kept when its correct option differs from every incorrect one; two incorrect options that
+  repeat each other (2 rows of GPQA-Diamond) are both shown.
+
+Golds are prepared once at load (:func:`gdro.golds.prepare_golds`, no time bound): the report counts those read
+by gdro's rules and names those math-verify cannot read (compared as normalised text), and
+:meth:`gdro.rewards.MathVerifyReward.use_golds` takes the table, so scoring never re-parses a gold. Every
 field of a :class:`BenchmarkSpec` can be overridden per call: ``load_benchmark("amc23",
 question_keys=("problem",))``. Column names confirmed and unconfirmed are listed per entry in
 :data:`BENCHMARKS`.
@@ -46,6 +67,7 @@ from typing import Any, Literal
 import numpy as np
 
 from gdro.data.synthetic import Problem
+from gdro.golds import ALT_SEP, GoldTable, prepare_golds
 
 MATH_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 GPQA_TEMPLATE = (
@@ -60,6 +82,7 @@ GPQA_TEMPLATE = (
 GPQA_LETTERS = "ABCD"
 
 Kind = Literal["math", "gpqa"]
+ListAnswers = Literal["auto", "all", "any"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +92,7 @@ class BenchmarkSpec:
     ``question_keys``/``answer_keys`` are candidate columns tried in order; for ``kind="gpqa"``
     ``answer_keys`` is ``(correct, incorrect_1, incorrect_2, incorrect_3)`` -- all four are required.
     ``id_key`` is a column (a dotted path reaches into a struct: ``"extra_info.index"``) or ``None``.
+    ``chat_role``, ``solution_key``, ``list_answers`` and ``multiple_answer_key``: see the module docstring.
     """
 
     name: str
@@ -79,10 +103,16 @@ class BenchmarkSpec:
     answer_keys: tuple[str, ...]
     kind: Kind = "math"
     id_key: str | None = None
+    chat_role: str = "user"  # a chat-format question: the content of its last message with this role
+    solution_key: str | None = None  # no answer column: the gold is this column's last \boxed{}
+    list_answers: ListAnswers = "auto"  # a list gold: parts of one answer ("all") or alternatives ("any")
+    multiple_answer_key: str | None = "is_multiple_answer"  # "auto": this row flag says parts (true) or alternatives
 
     def __post_init__(self) -> None:
         if self.kind not in ("math", "gpqa"):
             raise ValueError(f"kind must be 'math' or 'gpqa', got {self.kind!r}")
+        if self.list_answers not in ("auto", "all", "any"):
+            raise ValueError(f"list_answers must be 'auto', 'all' or 'any', got {self.list_answers!r}")
         if not self.question_keys or not self.answer_keys:
             raise ValueError("question_keys and answer_keys must be non-empty")
         if self.kind == "gpqa" and len(self.answer_keys) != 4:
@@ -97,13 +127,15 @@ BENCHMARKS: dict[str, BenchmarkSpec] = {
         # Confirmed: create_dataset.py of the dataset repo (prompt = source_prompt[0].content, solution =
         # reward_model.ground_truth; columns prompt, solution, data_source, source_prompt, ability,
         # reward_model, extra_info{index}); split "train", config "en" from the official preprocessing script.
+        # The original release / verl format (prompt = chat messages, gold under reward_model.ground_truth or
+        # label) loads with the same spec (tested on real rows of both).
         BenchmarkSpec(
             "dapo_math",
             "open-r1/DAPO-Math-17k-Processed",
             "en",
             "train",
             ("prompt",),
-            ("solution",),
+            ("solution", "reward_model.ground_truth", "label"),
             id_key="extra_info.index",
         ),
         # Fields from the dataset card as given in the brief (problem, solution, answer, subject, level,
@@ -197,6 +229,7 @@ class LoadReport:
     skipped_rows: list[tuple[int, str]] = field(default_factory=list)
     # per local JSON-lines file with malformed lines: (how many, the first few 1-based line numbers)
     malformed_lines: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
+    golds: GoldTable = field(default_factory=GoldTable)  # the kept problems' golds, prepared once (gdro.golds)
 
     @property
     def n_skipped(self) -> int:
@@ -218,7 +251,7 @@ class LoadReport:
         )
         return (
             f"{self.name} ({self.source}, {self.split}): read {self.rows_read}, kept {self.kept}, "
-            f"skipped {self.n_skipped} ({reasons}){lines}"
+            f"skipped {self.n_skipped} ({reasons}){lines}" + (f"; {self.golds.summary()}" if self.golds.golds else "")
         )
 
 
@@ -258,6 +291,15 @@ def _first(row: Mapping[str, Any], keys: tuple[str, ...]) -> Any:
     return None
 
 
+def _chat_content(messages: list, role: str) -> Any:
+    """The content of the last ``{"role": role, "content": ...}`` message; :class:`MalformedRow` if none."""
+    for message in reversed(messages):
+        if isinstance(message, Mapping) and message.get("role") == role:
+            return message.get("content")
+    roles = sorted({str(m.get("role")) for m in messages if isinstance(m, Mapping)})
+    raise MalformedRow(f"chat question without a {role!r} message (roles: {', '.join(roles) or 'none'}; set chat_role)")
+
+
 def _text(value: Any, what: str) -> str:
     """A question / option: a non-empty string, else :class:`MalformedRow`."""
     if value is None:
@@ -290,13 +332,14 @@ def _last_boxed(text: str) -> str | None:
 _DOLLARS = re.compile(r"^\$+(.*?)\$+$", re.DOTALL)
 
 
-def normalize_gold(value: Any) -> str:
+def normalize_gold(value: Any, list_answers: Literal["all", "any"] = "all") -> str:
     """A gold answer as a math-verify gold string, or :class:`MalformedRow`.
 
     Strings: the content of the last ``\\boxed{}`` if there is one, then surrounding ``$...$`` removed.
     Integers (MathArena stores AIME answers as int64) and finite floats (integral ones without ``.0``) are
-    formatted. A list of strings (OlympiadBench ``final_answer``) is joined with ``", "``. Anything else
-    (bool, dict, NaN, ...) is malformed.
+    formatted. A list of strings (OlympiadBench ``final_answer``) is joined with ``", "`` as the parts of one
+    answer (``list_answers="all"``) or with :data:`gdro.golds.ALT_SEP` as alternatives (``"any"``). Anything
+    else (bool, dict, NaN, ...) is malformed.
     """
     if value is None:
         raise MalformedRow("missing answer")
@@ -312,7 +355,7 @@ def normalize_gold(value: Any) -> str:
         if not value or not all(isinstance(v, str) for v in value):
             raise MalformedRow("non-string answer")
         parts = [normalize_gold(v) for v in value]
-        return ", ".join(parts)
+        return (ALT_SEP if list_answers == "any" else ", ").join(parts)
     if not isinstance(value, str):
         raise MalformedRow("non-string answer")
     text = value.strip()
@@ -348,8 +391,41 @@ def gpqa_options(row_index: int, seed: int) -> np.ndarray:
 
 
 def _math_problem(row: Mapping[str, Any], spec: BenchmarkSpec) -> tuple[str, str]:
-    question = _text(_first(row, spec.question_keys), "question")
-    return question + MATH_SUFFIX, normalize_gold(_first(row, spec.answer_keys))
+    question = _first(row, spec.question_keys)
+    if isinstance(question, list):
+        question = _chat_content(question, spec.chat_role)
+    return _text(question, "question") + MATH_SUFFIX, _gold(row, spec)
+
+
+def _gold(row: Mapping[str, Any], spec: BenchmarkSpec) -> str:
+    """The row's gold string (module docstring: answer columns, ``solution_key``, list golds)."""
+    value = _first(row, spec.answer_keys)
+    if value is None and spec.solution_key is not None:
+        solution = _get(row, spec.solution_key)
+        boxed = _last_boxed(solution) if isinstance(solution, str) else None
+        if boxed is None:
+            raise MalformedRow(f"no \\boxed{{}} in {spec.solution_key}")
+        value = boxed
+    if value is None:
+        raise MalformedRow("missing answer" + _answer_hint(row, spec))
+    if isinstance(value, (list, tuple)) and len(value) > 1:
+        mode = spec.list_answers
+        if mode == "auto":
+            flag = _get(row, spec.multiple_answer_key) if spec.multiple_answer_key else None
+            mode = "any" if flag is False else "all"
+        return normalize_gold(value, mode)
+    return normalize_gold(value)
+
+
+def _answer_hint(row: Mapping[str, Any], spec: BenchmarkSpec) -> str:
+    """What would load a row without an answer column: a column holding a box, or the columns there are."""
+    if any(key.split(".")[0] in row for key in spec.answer_keys):
+        return ""  # the column is there, empty in this row
+    tried = ", ".join(spec.answer_keys)
+    boxed = [k for k, v in row.items() if isinstance(v, str) and _BOXED in v and k not in spec.question_keys]
+    if boxed and spec.solution_key is None:
+        return f" (no column {tried}; {boxed[0]!r} holds a \\boxed{{}}: solution_key={boxed[0]} takes its last one)"
+    return f" (no column {tried}; columns: {', '.join(map(str, row))}; set answer_keys)"
 
 
 def _gpqa_problem(row: Mapping[str, Any], spec: BenchmarkSpec, index: int, seed: int) -> tuple[str, str]:
@@ -360,8 +436,8 @@ def _gpqa_problem(row: Mapping[str, Any], spec: BenchmarkSpec, index: int, seed:
         if not isinstance(value, str) or not value.strip():
             raise MalformedRow("wrong GPQA option count")
         options.append(value.strip())
-    if len(set(options)) != len(options):
-        raise MalformedRow("duplicate GPQA options")
+    if options[0] in options[1:]:  # the correct letter must be unique; repeated incorrect options are harmless
+        raise MalformedRow("correct GPQA option repeated among the incorrect ones")
     order = gpqa_options(index, seed)
     shown = dict(zip(GPQA_LETTERS, (options[i] for i in order), strict=True))
     gold = GPQA_LETTERS[int(np.flatnonzero(order == 0)[0])]
@@ -400,6 +476,8 @@ def problems_from_rows(
         seen.add(uid)
         problems.append(Problem(uid=uid, prompt=prompt, answer=answer, level=0))
         report.kept += 1
+    if spec.kind == "math":
+        report.golds = prepare_golds(p.answer for p in problems)
     return problems, report
 
 
