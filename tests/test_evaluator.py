@@ -83,6 +83,16 @@ def test_paper_suite_on_fixtures(tmp_path):
     md = (tmp_path / "out" / "eval.md").read_text()
     assert md.count("\n") == 2 + len(PAPER_FILES) + 2  # header, rule, 7 benchmarks, aime average, pooled
     assert "aime (avg 2024, 2025)" in md
+    # every completion and its verdict is kept, and gdro-rescore reads it back to the same figures without a model
+    from gdro.rescore import rescore
+
+    samples = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == metrics["eval/n_problems"] and {"uid", "completion", "correct"} <= set(samples[0])
+    again = rescore(str(tmp_path / "out" / "samples.jsonl"), [f"{b}={FIX / f}" for b, f in PAPER_FILES.items()])
+    assert sorted(again) == sorted(PAPER_FILES)
+    for name in again:
+        assert again[name]["mean"] == pytest.approx(metrics[f"eval/{name}/mean@1"])
+        assert again[name]["differ"] == 0 and again[name]["agree"] == metrics[f"eval/{name}/n_problems"]
 
 
 def test_errors_before_model_load(tmp_path, monkeypatch):
