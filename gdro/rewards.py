@@ -29,7 +29,8 @@ Bounded time, and why it is done here rather than by math-verify's own
   re-raises every bad-input error sympy can produce.
 * So math-verify always runs here with its timeouts off (``None``) and ``raise_on_error=False``: bad input
   is math-verify's documented "return [] / False" (= unparsable / incorrect) and no exception type has to be
-  guessed. In the **main thread** each parse and each verify runs under our own deadline
+  guessed. In the **main thread** each parse and each verify runs under our own deadline, a bound on the CPU time
+  the scoring thread spends, so that a busy machine does not change a verdict (:func:`_deadline`)
   (``signal.setitimer``: float seconds; a pending outer ITIMER_REAL timer is re-armed afterwards with its
   remaining time; the one exception we raise, ``_Deadline``, is a ``BaseException`` so math-verify's
   ``except Exception`` cannot swallow it).
@@ -210,7 +211,14 @@ def _in_finalizer(frame: Any) -> bool:
 
 @contextmanager
 def _deadline(seconds: float) -> Iterator[None]:
-    """Raise :class:`_Deadline` in the body after ``seconds`` (main thread; elsewhere a no-op).
+    """Raise :class:`_Deadline` in the body once it has used ``seconds`` of CPU time (main thread; elsewhere a no-op).
+
+    The bound is on the CPU time of the scoring thread (``time.thread_time``), not on the wall clock: a wall-clock
+    alarm fires after ``seconds``, and if the thread has used less CPU than that (the machine was busy: the wall
+    ran, the parse did not), it is re-armed for the CPU time left. So a verdict does not depend on how loaded the
+    machine is: measured, a long answer that timed out on a machine loaded 4x beyond its cores under a wall-clock
+    bound scores the same as on an idle one. (A body that waits rather than computes is therefore not
+    interrupted by the bound; parsing and verifying never wait.)
 
     The alarm *repeats* every ``_RETRY_S`` after the deadline until the body exits: where the signal lands in
     a gc callback, a ``__del__`` or the unraisable hook the handler does not raise (the exception would only
@@ -228,13 +236,19 @@ def _deadline(seconds: float) -> Iterator[None]:
 
     def _raise_deadline(signum: int, frame: Any) -> None:
         if phase[0] == "armed":
-            if not _in_finalizer(frame):
-                raise _Deadline
+            if _in_finalizer(frame):
+                return
+            cpu_left = seconds - (time.thread_time() - cpu_start)
+            outer_left = outer_delay - (time.monotonic() - start) if outer_delay > 0 else math.inf
+            if cpu_left > 0 and outer_left > 0:  # a busy machine: wall time passed, our CPU time did not
+                signal.setitimer(signal.ITIMER_REAL, max(min(cpu_left, outer_left), 1e-6), _RETRY_S)
+                return
+            raise _Deadline
         elif phase[0] == "setup" and callable(previous[0]):
             previous[0](signum, frame)
 
     previous[0] = signal.signal(signal.SIGALRM, _raise_deadline)
-    outer_delay, outer_interval, start = 0.0, 0.0, time.monotonic()
+    outer_delay, outer_interval, start, cpu_start = 0.0, 0.0, time.monotonic(), time.thread_time()
     try:
         outer_delay, outer_interval = signal.setitimer(signal.ITIMER_REAL, seconds, _RETRY_S)
         phase[0] = "armed"

@@ -524,3 +524,18 @@ def test_arbitrary_text_gives_a_valid_batch(texts):
     assert b.rewards.shape == (len(texts),) and set(b.rewards.tolist()) <= {1.0, -1.0}
     np.testing.assert_array_equal(b.rewards == 1.0, b.correct)
     assert b.n_unparsable + b.n_timeout + b.n_error <= len(texts) - int(b.correct.sum()) and b.n_error == 0
+
+
+def test_deadline_counts_cpu_time_not_wall_time():
+    """The time bound is on the scoring thread's CPU time: on a busy machine the wall clock runs while the parse
+    does not, and a verdict must not depend on that. Waiting (no CPU) is never interrupted; computing is."""
+    from gdro.rewards import _Deadline, _deadline
+
+    with _deadline(0.05):
+        time.sleep(0.3)  # six deadlines of wall time, almost no CPU time
+    start = time.thread_time()
+    with pytest.raises(_Deadline):
+        with _deadline(0.05):
+            while time.thread_time() - start < 10.0:
+                pass
+    assert time.thread_time() - start < 5.0
