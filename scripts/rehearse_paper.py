@@ -170,8 +170,8 @@ def train_cmd(args, engine: str, procs: int, sweep: Path) -> tuple[list[str], di
            f"data.test_data_files={args.realdata / 'math500.jsonl'}", f"steps={args.steps}",
            f"prompts_per_step={args.prompts}", "rollouts_per_prompt=4", "dist.shards=2", "eval.every=0",
            "eval.at_start=false", "eval.at_end=false", "checkpoint.every=0", "progress=false", f"device={args.device}",
-           f"threads={max(1, args.threads // procs)}", f"hydra.sweep.dir={sweep}", "hydra.sweep.subdir=${hydra.job.override_dirname}",
-           "logger.mode=offline"]
+           f"threads={max(1, args.threads // procs)}", f"hydra.sweep.dir={sweep}",
+           "logger.wandb_mode=offline"]
     env = {"WANDB_MODE": "offline", "WANDB_DIR": str(sweep), "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
            "OMP_NUM_THREADS": str(max(1, args.threads // procs))}
     return cmd, env
