@@ -29,6 +29,7 @@ import contextlib
 import logging
 import os
 from collections.abc import Sequence
+from typing import Any
 from dataclasses import dataclass
 
 import numpy as np
@@ -136,6 +137,7 @@ class VLLMGenerator:
         }
         if torch.cuda.is_available():
             kwargs.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=cfg.enable_sleep_mode)
+            kwargs.update(_per_process_engine())
         with _contained_side_effects():
             self.llm = vllm.LLM(**kwargs)
         self._asleep: list[str] | None = None  # what is asleep (None: the engine is awake)
@@ -210,6 +212,22 @@ class VLLMGenerator:
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
         return RolloutBatch(prompt_ids, group_index, completions, logprobs if sampling.logprobs else None, texts,
                             finish)
+
+
+def _per_process_engine() -> dict[str, Any]:
+    """On CUDA under torchrun (several processes): each process's engine on its own device, as vLLM documents for
+    engines inside torchrun. ``distributed_executor_backend="external_launcher"`` makes vLLM use the process group
+    torchrun started instead of spawning workers, and ``tensor_parallel_size=1`` gives every process a whole engine
+    of its own (data parallel, as TRL's colocate mode); the process's device (``cuda:LOCAL_RANK``) is made current
+    before the engine is built, so the engine and its share ``gpu_memory_utilization`` of that device's memory land
+    there. UNVERIFIED: no GPU has run it (docs/scaling.md); on the CPU the default executor is kept (tested with 2
+    processes). One process: nothing changes."""
+    import torch.distributed as tdist
+
+    if not (tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1):
+        return {}
+    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    return {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
 
 
 def make_vllm_engine(cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, spec) -> VLLMGenerator:
