@@ -293,10 +293,10 @@ def resolve_path(name_or_path: str) -> str:
     """``"tiny"`` → the shipped checkpoint directory; ``"qwen3-rehearsal"`` → the rehearsal model (Qwen3's
     architecture, vocabulary and real tokenizer, random weights; built once on first use, :mod:`gdro.qwen3`);
     anything else unchanged (hub id or local path)."""
-    if name_or_path == "qwen3-rehearsal":
+    if name_or_path in ("qwen3-rehearsal", "qwen3-1.7b-random"):
         from gdro.qwen3 import build_rehearsal_model
 
-        return str(build_rehearsal_model())
+        return str(build_rehearsal_model(name=name_or_path))
     return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
 
 

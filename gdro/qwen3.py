@@ -54,6 +54,14 @@ CHAT_TEMPLATE = (
 # the rehearsal model: Qwen3's architecture and vocabulary, layers small enough for 2 CPU cores
 REHEARSAL = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
              "num_key_value_heads": 2, "head_dim": 16, "seed": 0}
+# random models with the real tokenizer: model=<name> (resolve_path builds them on first use)
+SHAPES = {
+    "qwen3-rehearsal": REHEARSAL,
+    # Qwen3-1.7B-Base's dimensions (its config.json), for the rehearsal on a GPU (docs/gpu.md): saved in bf16
+    "qwen3-1.7b-random": {"hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 28,
+                          "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128, "seed": 0,
+                          "torch_dtype": "bfloat16"},
+}
 
 
 def rank_table() -> str:
@@ -87,30 +95,31 @@ def build_tokenizer():
     return tok
 
 
-def rehearsal_dir() -> Path:
-    """Where the rehearsal model lives: ``$GDRO_CACHE/qwen3-rehearsal-<hash of its recipe>``."""
-    recipe = json.dumps({**REHEARSAL, "rows": VOCAB_ROWS, "pattern": QWEN_PATTERN, "template": CHAT_TEMPLATE,
+def rehearsal_dir(name: str = "qwen3-rehearsal") -> Path:
+    """Where a random model lives: ``$GDRO_CACHE/<name>-<hash of its recipe>``."""
+    recipe = json.dumps({**SHAPES[name], "rows": VOCAB_ROWS, "pattern": QWEN_PATTERN, "template": CHAT_TEMPLATE,
                          "added": ADDED_TOKENS}, sort_keys=True)
     root = Path(os.environ.get("GDRO_CACHE", Path.home() / ".cache" / "gdro"))
-    return root / f"qwen3-rehearsal-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
+    return root / f"{name}-{hashlib.sha256(recipe.encode()).hexdigest()[:10]}"
 
 
-def build_rehearsal_model(out_dir: str | Path | None = None) -> Path:
+def build_rehearsal_model(out_dir: str | Path | None = None, name: str = "qwen3-rehearsal") -> Path:
     """Build (once) and save the rehearsal model and tokenizer; returns its directory. Seeded: the same weights
     on every machine. Written to a temporary directory and renamed, so a concurrent or killed build leaves none
     half-written."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
-    out = Path(out_dir) if out_dir is not None else rehearsal_dir()
+    out = Path(out_dir) if out_dir is not None else rehearsal_dir(name)
     if (out / "config.json").is_file():
         return out
-    cfg = {k: v for k, v in REHEARSAL.items() if k != "seed"}
+    shape = dict(SHAPES[name])
+    seed, dtype = shape.pop("seed"), getattr(torch, shape.pop("torch_dtype", "float32"))
     config = Qwen3Config(vocab_size=VOCAB_ROWS, tie_word_embeddings=True, bos_token_id=ENDOFTEXT,
                          eos_token_id=ENDOFTEXT, pad_token_id=ENDOFTEXT, max_position_embeddings=8192,
-                         rope_theta=1_000_000, **cfg)
-    torch.manual_seed(REHEARSAL["seed"])
-    model = Qwen3ForCausalLM(config)
+                         rope_theta=1_000_000, **shape)
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).to(dtype)
     model.generation_config = GenerationConfig(eos_token_id=[ENDOFTEXT, IM_END], pad_token_id=ENDOFTEXT,
                                                bos_token_id=ENDOFTEXT)
     tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
@@ -126,5 +135,5 @@ def build_rehearsal_model(out_dir: str | Path | None = None) -> Path:
     return out
 
 
-__all__ = ["ADDED_TOKENS", "CHAT_TEMPLATE", "QWEN_PATTERN", "VOCAB_ROWS", "build_rehearsal_model",
+__all__ = ["ADDED_TOKENS", "CHAT_TEMPLATE", "QWEN_PATTERN", "SHAPES", "VOCAB_ROWS", "build_rehearsal_model",
            "build_tokenizer", "rehearsal_dir"]
