@@ -91,8 +91,8 @@ class PeakMemory:
 
     def python_peaks(self) -> list[float]:
         """Peak MiB of each Python process seen (the trainer / evaluator processes), largest first."""
-        return sorted((m for m, cmd in self.peaks.values() if "python" in cmd and "torch.distributed.run" not in cmd),
-                      reverse=True)
+        return sorted((m for m, cmd in self.peaks.values()
+                       if "python" in cmd and "torch.distributed.run" not in cmd and m >= 100), reverse=True)
 
 
 def run(cmd: list[str], log: Path, env: dict[str, str] | None = None, timeout: float = 3600) -> tuple[float, list[float]]:
@@ -165,7 +165,7 @@ def phase_checks(args, out: Path) -> list[str]:
 def train_cmd(args, engine: str, procs: int, sweep: Path) -> tuple[list[str], dict[str, str]]:
     py = args.vllm_python if engine == "vllm" else sys.executable
     launch = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)] if procs > 1 else [py]
-    cmd = [*launch, "-m", "gdro.cli", "-m", PRESETS, f"model={args.model}", f"rollout={engine}",
+    cmd = [*launch, "-m", "gdro.cli", "-m", PRESETS, "data=dapo", f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
            f"data.data_files={args.realdata / 'dapo_math_processed_sample.jsonl'}",
            f"data.test_data_files={args.realdata / 'math500.jsonl'}", f"steps={args.steps}",
            f"prompts_per_step={args.prompts}", "rollouts_per_prompt=4", "dist.shards=2", "eval.every=0",
@@ -214,7 +214,8 @@ def eval_cmd(args, checkpoint: Path, out: Path) -> list[str]:
     entries.append(f"{{name:gpqa_diamond,data_files:'{GPQA_FILE}'}}")
     return [sys.executable, "-m", "gdro.evaluator", f"model={args.model}", f"checkpoint={checkpoint}",
             f"benchmarks=[{','.join(entries)}]", "eval.k=8", f"eval.max_problems={args.eval_problems}",
-            f"out={out}", f"device={args.device}", f"threads={args.threads}", f"hydra.run.dir={out}"]
+            f"out={out}", f"device={args.device}", f"threads={args.threads}", f"hydra.run.dir={out}",
+            f"model.max_new_tokens={args.new_tokens}"]
 
 
 def main() -> None:
@@ -226,6 +227,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step (4 rollouts each)")
     ap.add_argument("--eval-problems", type=int, default=2, help="problems per benchmark in gdro-eval")
+    ap.add_argument("--new-tokens", type=int, default=32, help="model.max_new_tokens (the preset's 64 halved: time)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--model", default="qwen3-rehearsal")
