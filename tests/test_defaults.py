@@ -197,9 +197,19 @@ def test_dist_defaults_equal_train_yaml():
     assert not problems, "\n".join(problems)
 
 
+def test_lock_defaults_equal_train_yaml():
+    from gdro.rundir import LockConfig
+
+    node = OmegaConf.to_container(compose_cfg().lock)
+    node.pop("_target_")
+    assert set(node) == set(python_defaults(LockConfig)), "lock: keys vs LockConfig fields"
+    problems = disagreements(LockConfig, node, "conf/train.yaml lock:")
+    assert not problems, "\n".join(problems)
+
+
 def test_run_config_defaults_equal_train_yaml_top_level_keys():
     cfg = compose_cfg()
-    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist"}
+    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist", "lock"}
     assert top == set(python_defaults(RunConfig)), "conf/train.yaml top-level keys vs RunConfig fields"
     values = {k: cfg[k] for k in top}
     problems = disagreements(RunConfig, values, "conf/train.yaml")
