@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import difflib
-import errno
 import gc
 import logging
 import os
@@ -130,17 +129,24 @@ def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
     if cfg is None:
         yield
         return
-    HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` in the dir's pattern
-    try:
-        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
-    finally:
-        HydraConfig.instance().cfg = None
-    if "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir")):
+    run_dir, dated = planned_run_dir(cfg)
+    if dated:
         check_creatable(run_dir)
         yield
         return
     with _run_dir_lock(cfg, run_dir):
         yield
+
+
+def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
+    """The run dir Hydra will make for a single run of ``cfg`` (composed with its ``hydra`` node), and whether its
+    pattern holds ``${now:...}`` (then Hydra's own resolution, a moment later, may differ)."""
+    HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` in the dir's pattern
+    try:
+        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
+    finally:
+        HydraConfig.instance().cfg = None
+    return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
 
 
 def _stop_now(lock: RunDirLock | None) -> NoReturn:
@@ -165,8 +171,6 @@ EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status f
 EXIT_IO_ERROR = 74  # the disk is full, a path is not writable, a file is unreadable (sysexits EX_IOERR)
 EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
 MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still checks its own config)
-# OSErrors that are the machine's state, not a bug, even when they name no file
-_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.ENOLCK, errno.ESTALE}
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
@@ -176,28 +180,16 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     return (ConfigError, ModelUnavailableError)
 
 
-def _one_line(err: BaseException) -> str:
-    """An error as one line: an ``OSError`` as ``<what> (<ERRNO>): <path>``, anything else as its message."""
-    if isinstance(err, OSError) and err.errno in errno.errorcode and err.strerror and not hasattr(err, "label"):
-        where = f": {err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename else ""
-        return f"{err.strerror} ({errno.errorcode[err.errno]}){where}"
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:
     """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
+    from gdro.rundir import one_line
+
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
-    print(f"{label}: {_one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}", file=sys.stderr)
+    print(f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}", file=sys.stderr)
     sys.exit(status)
-
-
-def is_environment_error(err: OSError) -> bool:
-    """An OSError of the machine (a full disk, a read-only or missing path), not of gdro's code: it names a file
-    (gdro names the file of every write, gdro.rundir.named_io) or its errno says so."""
-    return err.filename is not None or err.errno in _ENVIRONMENT_ERRNOS
 
 
 @contextmanager
@@ -208,7 +200,7 @@ def user_errors() -> Iterator[None]:
     Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
     printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
     """
-    from gdro.rundir import RunDirLocked
+    from gdro.rundir import RunDirLocked, is_environment_error
 
     try:
         yield

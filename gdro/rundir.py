@@ -193,8 +193,8 @@ class RunDirLock:
 
         Creates the run dir (and nothing else in it but ``gdro.lock``) if it does not exist.
         """
-        with named_io(self.run_dir):
-            self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_creatable(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         with named_io(self.path):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -363,6 +363,24 @@ def check_creatable(path: str | Path) -> None:
 # ---------------------------------------------------------------------------------------------------------------
 # I/O errors that name their file
 # ---------------------------------------------------------------------------------------------------------------
+# OSErrors that are the machine's state, not a bug, even when they name no file
+_ENVIRONMENT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG, errno.ENOLCK, errno.ESTALE}
+
+
+def is_environment_error(err: OSError) -> bool:
+    """An OSError of the machine (a full disk, a read-only or missing path), not of gdro's code: it names a file
+    (gdro names the file of every write: :func:`named_io`) or its errno says so."""
+    return err.filename is not None or err.errno in _ENVIRONMENT_ERRNOS
+
+
+def one_line(err: BaseException) -> str:
+    """An error as one line: an ``OSError`` as ``<what> (<ERRNO>): <path>``, anything else as its message."""
+    if isinstance(err, OSError) and err.errno in errno.errorcode and err.strerror and not hasattr(err, "label"):
+        where = f": {err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename else ""
+        return f"{err.strerror} ({errno.errorcode[err.errno]}){where}"
+    return " ".join(str(err).split()) or type(err).__name__
+
+
 def named(err: OSError, path: str | Path) -> OSError:
     """``err`` with ``path`` as its filename if it has none (a failed ``write`` or ``fsync`` names no file)."""
     if err.filename is not None or err.errno is None:
