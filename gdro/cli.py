@@ -32,6 +32,10 @@ def _train(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     run_dir = Path(hc.runtime.output_dir)
+    if not cfg.progress:  # no bars at all, transformers' own either (loading and writing weights): stderr is errors
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     # one process owns the run dir (taken before Hydra started when the dir was known then; re-entered here).
     # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save a checkpoint, exit cleanly; rerun to resume
     with user_errors(), _run_dir_lock(cfg, run_dir) as lock, StopRequest().installed() as stop:
