@@ -100,13 +100,37 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _Recording:
+    """A file's ``write`` that keeps the OSError it raised: torch.save's zip writer reports a failed write (a full
+    disk) only as a RuntimeError ("unexpected pos") that names neither the cause nor the file."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.error = fh, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def _write(path: Path, obj: Any) -> None:
     """One file of a checkpoint, flushed to disk before returning (an I/O error names the file)."""
     with named_io(path), path.open("wb") as fh:
         if path.suffix == ".json":
             fh.write(json.dumps(obj, indent=1, default=str).encode("utf-8"))
         else:
-            torch.save(obj, fh)
+            out = _Recording(fh)
+            try:
+                torch.save(obj, out)
+            except RuntimeError as err:
+                if out.error is None:
+                    raise
+                raise out.error from err
         fh.flush()
         os.fsync(fh.fileno())
 
