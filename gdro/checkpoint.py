@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
 from collections.abc import Callable, Iterator, Mapping
@@ -87,9 +88,27 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (damaged on disk, or edited): the message names it and what to do."""
+
+    label = "checkpoint error"
+
+    def __init__(self, ckpt: Path, what: str, err: BaseException):
+        older = [p for _, p in list_checkpoints(ckpt.parent) if p != ckpt]
+        hint = f"; move it aside to resume from {older[-1].name}" if older else ""
+        super().__init__(f"{ckpt}: {what} is unreadable ({type(err).__name__}: {' '.join(str(err).split())}){hint}")
+
+
 def read_meta(ckpt: str | Path) -> dict[str, Any]:
     """``meta.json`` of a checkpoint: ``step``, ``config`` (resolved), ``format_version``."""
-    return json.loads((Path(ckpt) / "meta.json").read_text(encoding="utf-8"))
+    ckpt = Path(ckpt)
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+        if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+            raise ValueError("not a checkpoint's meta.json (no step)")
+    except (OSError, ValueError) as err:
+        raise CheckpointError(ckpt, "meta.json", err) from err
+    return meta
 
 
 def _fsync_dir(path: Path) -> None:
@@ -213,8 +232,15 @@ def load_checkpoint(ckpt: str | Path, names: tuple[str, ...]) -> dict[str, Any]:
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{ckpt}: checkpoint format {meta.get('format_version')} is not {FORMAT_VERSION}")
-    return {n: torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False) for n in names}
+        raise CheckpointError(ckpt, "its format", ValueError(f"format {meta.get('format_version')}, this gdro reads "
+                                                             f"{FORMAT_VERSION}"))
+    out = {}
+    for n in names:
+        try:
+            out[n] = torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # truncated, damaged, missing
+            raise CheckpointError(ckpt, f"{n}.pt", err) from err
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

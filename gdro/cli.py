@@ -179,9 +179,10 @@ MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still che
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from gdro.build import ConfigError
+    from gdro.checkpoint import CheckpointError
     from gdro.models import ModelUnavailableError
 
-    return (ConfigError, ModelUnavailableError)
+    return (ConfigError, CheckpointError, ModelUnavailableError)
 
 
 def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:

@@ -77,19 +77,43 @@ def test_two_processes_started_at_once_one_refuses_the_other_runs_as_if_alone(tm
     assert not list(run_dir.glob("*.prev-*"))
 
 
-@pytest.mark.parametrize("live_at", ["checkpoint", "no-checkpoint"])
-def test_a_second_start_on_a_live_run_refuses_and_the_run_goes_on(tmp_path, solo, live_at):
-    run_dir = tmp_path / "run"
-    first = subprocess.Popen(_cmd(run_dir), cwd=REPO, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                             text=True)
+# Injected into the child: wait before writing checkpoint N until the test opens a gate (the run stays live, and its
+# computation is untouched).
+PAUSE_BEFORE_CHECKPOINT = """
+import sys, time
+from pathlib import Path
+import gdro.trainer as tr
+at, gate = int(sys.argv.pop(1)), Path(sys.argv.pop(1))
+save = tr.save_checkpoint
+def paused(run_dir, step, *a, **k):
+    if step == at:
+        gate.with_suffix(".waiting").touch()
+        while not gate.exists():
+            time.sleep(0.01)
+    return save(run_dir, step, *a, **k)
+tr.save_checkpoint = paused
+from gdro.cli import train
+sys.argv = ["gdro-train", *sys.argv[1:]]
+train()
+"""
+
+
+@pytest.mark.parametrize("checkpoints", [0, 2])
+def test_a_second_start_on_a_live_run_refuses_and_the_run_goes_on(tmp_path, solo, checkpoints):
+    run_dir, gate = tmp_path / "run", tmp_path / "gate"
+    first = subprocess.Popen([sys.executable, "-c", PAUSE_BEFORE_CHECKPOINT, str(checkpoints + 1), str(gate), *CLI,
+                              f"hydra.run.dir={run_dir}"], cwd=REPO, env=_env(), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    ready = (lambda: list_checkpoints(run_dir)) if live_at == "checkpoint" else \
-        (lambda: (run_dir / "gdro.lock").is_file() and not list_checkpoints(run_dir))
-    while not ready():
+    while not gate.with_suffix(".waiting").exists():  # live: rows logged, `checkpoints` checkpoints written
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()[1][-3000:]
         time.sleep(0.01)
+    assert len(list_checkpoints(run_dir)) == checkpoints and read_metrics(run_dir)
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "gdro.lock"}
     second = _run(run_dir, code=EXIT_IN_USE)
     assert len(_lines(second.stderr)) == 1 and f"held by pid {first.pid}" in second.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir() if p.is_file() and p.name != "gdro.lock"} == before
+    gate.touch()
     assert first.wait(timeout=300) == 0, first.communicate()[1][-3000:]
     rows = read_metrics(run_dir)
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and _comparable(rows) == _comparable(solo)
