@@ -177,8 +177,7 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
     parent = final.parent
     with named_io(parent):
         parent.mkdir(parents=True, exist_ok=True)
-    for stale in [*parent.glob(f"{_TMP_PREFIX}{final.name}-*"), *parent.glob(f"{_OLD_PREFIX}{final.name}-*")]:
-        shutil.rmtree(stale, ignore_errors=True)  # left by a process killed mid-write
+    clear_leftovers(final)
     tmp = parent / f"{_TMP_PREFIX}{final.name}-{os.getpid()}"
     with named_io(tmp):
         tmp.mkdir()
@@ -195,6 +194,14 @@ def atomic_dir(final: str | Path) -> Iterator[Path]:
         os.rename(tmp, final)
         _fsync_dir(parent)
     shutil.rmtree(old, ignore_errors=True)
+
+
+def clear_leftovers(final: str | Path) -> None:
+    """Remove what a process killed inside :func:`atomic_dir` left beside ``final``: a temporary dir, or the
+    previous version renamed aside."""
+    final = Path(final)
+    for stale in [*final.parent.glob(f"{_TMP_PREFIX}{final.name}-*"), *final.parent.glob(f"{_OLD_PREFIX}{final.name}-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
 
 
 def final_step(run_dir: str | Path) -> int | None:

@@ -39,6 +39,8 @@ def _train(cfg: DictConfig) -> float | None:
     # one process owns the run dir (taken before Hydra started when the dir was known then; re-entered here).
     # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save a checkpoint, exit cleanly; rerun to resume
     with user_errors(), _run_dir_lock(cfg, run_dir) as lock, StopRequest().installed() as stop:
+        if lock is not None and lock.takeover():
+            log.warning("%s", lock.takeover())  # (in the job log: the lock may have been taken before Hydra's logging)
         trainer = build_trainer(cfg, run_dir, choices=choices)
         trainer.stop = stop
         # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
@@ -50,7 +52,7 @@ def _train(cfg: DictConfig) -> float | None:
             print(f"gdro-train: {err}; run the same command again to resume", file=sys.stderr)
             sys.exit(128 + err.signum)
         except KeyboardInterrupt:  # a second Ctrl-C: fit() marked run.json interrupted; stop now (no W&B finish)
-            _stop_now(lock)
+            _stop_now(lock, "at once by a second Ctrl-C (the run is marked interrupted)")
         finally:
             trainer.logger.close()
     evals = [r for r in rows if any(k.startswith("eval/mean@") for k in r)]
@@ -74,7 +76,7 @@ def train() -> None:
         with user_errors(), _planned_run_dir_lock(cfg):
             _train()
     except KeyboardInterrupt:  # a Ctrl-C before or after the run's own handler was in place (waiting for the lock)
-        _stop_now(None)
+        _stop_now(None, "by Ctrl-C")
 
 
 def _join_processes() -> None:
@@ -153,10 +155,11 @@ def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
     return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
 
 
-def _stop_now(lock: RunDirLock | None) -> NoReturn:
-    """A second Ctrl-C: one line, then exit at once (130) -- no W&B finish, no teardown that a third could break."""
-    print("gdro-train: stopped at once by a second Ctrl-C (the run is marked interrupted); run the same command "
-          "again to resume from the last checkpoint", file=sys.stderr)
+def _stop_now(lock: RunDirLock | None, how: str) -> NoReturn:
+    """A Ctrl-C that must stop now: one line, then exit at once (130) -- no W&B finish, no teardown that another
+    Ctrl-C could turn into a traceback."""
+    print(f"gdro-train: stopped {how}; run the same command again to resume from the last checkpoint",
+          file=sys.stderr)
     if lock is not None:
         lock.release()
     sys.stdout.flush()

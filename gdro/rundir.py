@@ -188,6 +188,12 @@ class RunDirLock:
     def held(self) -> bool:
         return self._fd is not None
 
+    def takeover(self) -> str | None:
+        """What this lock took over from a holder that died without releasing it (None: a clean hand-over)."""
+        if self.previous is None or self.previous.get("state") != "held":
+            return None
+        return f"{self.path}: taken over from {describe(self.previous)}, which ended without releasing it"
+
     def acquire(self) -> RunDirLock:
         """Take the lock, waiting up to ``wait_s`` for a holder to end; raises :class:`RunDirLocked` after that.
 
@@ -208,8 +214,6 @@ class RunDirLock:
             self._fd = None
             os.close(fd)  # drops the kernel lock if we had it
             raise
-        if self.previous is not None and self.previous.get("state") == "held":
-            log.warning("%s: took over from %s, which ended without releasing it", self.path, describe(self.previous))
         self._beats = threading.Thread(target=self._beat, name="gdro-lock-heartbeat", daemon=True)
         self._beats.start()
         return self

@@ -31,6 +31,7 @@ from gdro.checkpoint import (
     FINAL_MARKER,
     CheckpointConfig,
     atomic_dir,
+    clear_leftovers,
     final_step,
     load_checkpoint,
     read_meta,
@@ -246,6 +247,8 @@ class Trainer:
             log.info("resumed from %s (step %d of %d)", self.resume_from, start, run.steps)
         if start >= run.steps:
             if not run.save_final or final_step(self.run_dir) == run.steps:
+                if self.dist.main:
+                    clear_leftovers(self.run_dir / FINAL_DIR)  # a kill right after the final save's swap
                 log.info("nothing to do: the run is at step %d of %d", start, run.steps)
                 return rows
             log.info("the run is at step %d of %d; finishing its final save", start, run.steps)  # a cut one

@@ -219,7 +219,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_the_run_is_interrupted(tm
     proc = subprocess.Popen(_cmd(run_dir, CLI, wandb), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while not (run_dir / "metrics.jsonl").is_file() or not read_metrics(run_dir):
+    while not list_checkpoints(run_dir):  # mid-run, with a checkpoint to resume from
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)

@@ -79,6 +79,7 @@ def test_a_killed_holder_is_taken_over_with_what_it_deferred(tmp_path):
     proc.wait()
     lock = RunDirLock(tmp_path).acquire()  # the kernel dropped the dead holder's lock: no waiting, no guessing
     assert lock.previous["state"] == "held" and lock.previous["pid"] == proc.pid  # it never released
+    assert f"taken over from pid {proc.pid} on host " in lock.takeover()
     assert "No space left" in lock.deferred["error"]  # carried until a start records it in run.json
     lock.settle()
     assert lock.deferred is None
