@@ -316,10 +316,20 @@ def model_dir_problem(path: str | Path) -> str | None:
                                         ("tokenizer", TOKENIZER_FILES)) if not names & set(files)]
     if "run.json" in names:
         return f"{str(path)!r} is a gdro run dir; its final policy is {str(path / 'checkpoint')!r}"
-    if not missing or len(missing) == 3:
-        return None  # complete, or no model dir at all (from_pretrained's own message says so)
-    return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
-            "rerunning the gdro-train command that wrote it finishes it)")
+    if len(missing) == 3:
+        return None  # no model dir at all (from_pretrained's own message says so)
+    if missing:
+        return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
+                "rerunning the gdro-train command that wrote it finishes it)")
+    from safetensors import SafetensorError, safe_open
+
+    for weights in sorted(path.glob("*.safetensors")):  # the header and the file's length: cheap, nothing loaded
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            return f"{str(weights)!r} is unreadable, truncated or corrupt ({' '.join(str(err).split())})"
+    return None
 
 
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
