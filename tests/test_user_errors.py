@@ -86,7 +86,7 @@ def test_a_bad_gdro_eval_input_is_one_line(overrides, status, says, model_dirs, 
 
 
 def test_the_benchmarks_list_form_its_error_suggests_works(tmp_path, monkeypatch, capsys):
-    listed = f"benchmarks=[{{name: math500, data_files: {FIX / 'math500.jsonl'}}}]"  # the shape its error suggests
+    listed = f"benchmarks=[{{name: math500, data_files: {FIX / 'math500.jsonl'}, cache_dir: {tmp_path / 'c'}}}]"
     code, _ = _main(evaluator.main, ["gdro-eval", *EVAL, "model.max_prompt_len=1024", listed,
                                      f"hydra.run.dir={tmp_path}"], monkeypatch, capsys)
     assert code is None
