@@ -250,11 +250,12 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         "choices": choices or {},
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    samples_text = "".join(json.dumps(row) + "\n" for row in samples)  # every completion and its verdict: gdro-rescore
-    for name, text in (("eval.json", json.dumps(record, indent=2, default=str)), ("samples.jsonl", samples_text),
-                       ("eval.md", md)):
-        with named_io(out_dir / name):
-            (out_dir / name).write_text(text)
+    with named_io(out_dir / "eval.json"):
+        (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
+    with named_io(out_dir / "samples.jsonl"), open(out_dir / "samples.jsonl", "w") as fh:  # read by gdro-rescore
+        fh.writelines(json.dumps(row) + "\n" for row in samples)  # every completion and its verdict
+    with named_io(out_dir / "eval.md"):
+        (out_dir / "eval.md").write_text(md)
     print(md, end="")
     return metrics
 

@@ -44,7 +44,7 @@ from gdro.trainer import RunConfig
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
-NOT_COMPONENT_GROUPS = {"experiment", "benchmarks", "memory", "hydra"}  # presets | eval entries | per-size deltas | Hydra launchers
+NOT_COMPONENT_GROUPS = {"experiment", "suite", "memory", "hydra"}  # presets | eval suites | per-size deltas | Hydra launchers
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
 
