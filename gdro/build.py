@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gdro import rundir
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
+from gdro.ioerrors import named_io
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, field_default, node_schema, validate_config
@@ -232,7 +233,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     record = None
     if dist.main:  # one process writes the run's files
         record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
-        with rundir.named_io(run_dir / "config.yaml"):
+        with named_io(run_dir / "config.yaml"):
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     dist.barrier()
 

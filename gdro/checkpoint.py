@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gdro.rundir import named_io
+from gdro.ioerrors import named_io
 
 FORMAT_VERSION = 1
 CKPT_ROOT = "checkpoints"
@@ -104,10 +104,10 @@ def read_meta(ckpt: str | Path) -> dict[str, Any]:
     ckpt = Path(ckpt)
     try:
         meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
-        if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
-            raise ValueError("not a checkpoint's meta.json (no step)")
     except (OSError, ValueError) as err:
         raise CheckpointError(ckpt, "meta.json", err) from err
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        raise CheckpointError(ckpt, "meta.json", ValueError("not a checkpoint's meta.json (no step)"))
     return meta
 
 

@@ -130,7 +130,7 @@ def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]
 def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
     """Before Hydra starts the job: lock the run dir when the command names it (no ``${now:...}``: a dir only
     this command can resolve to), else check that it can be created. Nothing for a sweep (each job locks its own)."""
-    from gdro.rundir import check_creatable
+    from gdro.ioerrors import check_creatable
 
     if cfg is None:
         yield
@@ -192,7 +192,7 @@ def fail(err: BaseException | str, label: str = "config error", status: int = EX
     """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    from gdro.rundir import one_line
+    from gdro.ioerrors import one_line
 
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
@@ -208,7 +208,8 @@ def user_errors() -> Iterator[None]:
     Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
     printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
     """
-    from gdro.rundir import RunDirLocked, is_environment_error
+    from gdro.ioerrors import is_environment_error
+    from gdro.rundir import RunDirLocked
 
     try:
         yield

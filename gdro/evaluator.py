@@ -40,7 +40,7 @@ from gdro.build import ConfigError
 from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
-from gdro.rundir import named_io
+from gdro.ioerrors import named_io
 from gdro.validate import build_node, check_keys, rewrite
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -274,7 +274,7 @@ def _eval(cfg: DictConfig) -> float:
 def _check_out(out: Path) -> None:
     """``out`` must be a directory, or creatable as one: an existing file is a config error, an unwritable place an
     I/O error naming the directory (both before any model loads)."""
-    from gdro.rundir import check_creatable
+    from gdro.ioerrors import check_creatable
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out}: is a file; eval.json and eval.md go into a directory")
@@ -314,7 +314,7 @@ def main() -> None:
     sys.argv[1:] = _suite_alias(sys.argv[1:])
     cfg = precheck(sys.argv[1:], "eval_app", _check)
     if cfg is not None:  # Hydra's own mkdir would fail with a traceback
-        from gdro.rundir import check_creatable
+        from gdro.ioerrors import check_creatable
 
         with user_errors():
             check_creatable(planned_run_dir(cfg)[0])

@@ -865,7 +865,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     """Console script ``gdro-report``: a usage error is one line (status 2), an unwritable ``--out`` or a full disk
     one line naming the path (status 74); ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
-    from gdro.rundir import is_environment_error, one_line
+    from gdro.ioerrors import is_environment_error, one_line
 
     try:
         return _main(argv)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdro.rundir import named_io
+from gdro.ioerrors import named_io
 
 log = logging.getLogger(__name__)
 

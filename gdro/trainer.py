@@ -52,10 +52,11 @@ from gdro.interfaces import (
     RolloutAllocator,
     StepFeedback,
 )
+from gdro.ioerrors import named_io
 from gdro.loss import LossConfig
 from gdro.policy import OptimConfig, ppo_update
 from gdro.rollout.base import Generator, RolloutBatch, SamplingParams, concat_rollouts
-from gdro.rundir import held, named_io
+from gdro.rundir import held
 from gdro.tracking import RunRecord
 
 if TYPE_CHECKING:

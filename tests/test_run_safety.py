@@ -9,7 +9,6 @@ ends with a loadable final checkpoint equal to an uninterrupted run's; run.json 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from gdro.checkpoint import FINAL_MARKER, list_checkpoints
 from gdro.cli import EXIT_IN_USE, EXIT_IO_ERROR
 from gdro.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env
+from tests.test_rundir import _holder
 
 pytestmark = pytest.mark.slow
 
@@ -119,6 +119,25 @@ def test_a_second_start_on_a_live_run_refuses_and_the_run_goes_on(tmp_path, solo
     assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6] and _comparable(rows) == _comparable(solo)
     assert _status(run_dir)["status"] == "completed" and "resumes" not in _status(run_dir)
     assert not list(run_dir.glob("*.prev-*")), "the live run's files were renamed"
+
+
+def test_a_requeued_job_waits_for_its_dying_predecessor_then_runs_or_refuses(tmp_path, solo):
+    """SLURM_RESTART_COUNT > 0: the start waits up to lock.requeue_wait_s for the holder (here a process that
+    lets go after 3 s, as a predecessor finishing its last checkpoint would), then runs -- or, when the holder
+    outlives the wait, refuses in one line."""
+    env = {**_env(), "SLURM_RESTART_COUNT": "1"}
+    run_dir = tmp_path / "run"
+    dying = _holder(run_dir, 3)
+    _run(run_dir, extra=("lock.requeue_wait_s=120",), env=env)
+    assert dying.wait(timeout=60) == 0
+    assert _comparable(read_metrics(run_dir)) == _comparable(solo)
+    alive = _holder(tmp_path / "other", 120)
+    try:
+        out = _run(tmp_path / "other", extra=("lock.requeue_wait_s=2",), env=env, code=EXIT_IN_USE)
+    finally:
+        alive.kill()
+        alive.wait()
+    assert len(_lines(out.stderr)) == 1 and f"held by pid {alive.pid} " in out.stderr and "(waited 2 s)" in out.stderr
 
 
 # ------------------------------------------------------------------------------ a kill during the final save
@@ -227,8 +246,9 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_the_run_is_interrupted(tm
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
-    assert _lines(err) == ["gdro-train: stopped at once by a second Ctrl-C (the run is marked interrupted); run the "
-                           "same command again to resume from the last checkpoint"], err[-3000:]
+    said = ("gdro-train: stopped at once by a second Ctrl-C (the run is marked interrupted); run the same command "
+            "again to resume from the last checkpoint")
+    assert _lines(err) == [said], err[-3000:]
     record = _status(run_dir)
     assert record["status"] == "interrupted" and "second Ctrl-C" in record["interrupted_by"]
     _run(run_dir, CLI, wandb, env=env)

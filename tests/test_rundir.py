@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro import cli, evaluator, rundir
+from gdro import cli, evaluator, ioerrors, rundir
 from gdro.rundir import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
 from tests.conftest import REPO
 
@@ -120,9 +120,9 @@ def test_a_requeued_slurm_job_waits_longer():
 def test_an_uncreatable_run_dir_is_named(tmp_path):
     (tmp_path / "file").write_text("x")
     with pytest.raises(NotADirectoryError) as err:
-        rundir.check_creatable(tmp_path / "file" / "run")
+        ioerrors.check_creatable(tmp_path / "file" / "run")
     assert err.value.filename == str(tmp_path / "file")
-    assert rundir.one_line(err.value) == f"Not a directory (ENOTDIR): {tmp_path / 'file'}"
+    assert ioerrors.one_line(err.value) == f"Not a directory (ENOTDIR): {tmp_path / 'file'}"
 
 
 # ------------------------------------------------------------------------------- the entry points on held dirs
