@@ -1,4 +1,4 @@
-"""One owner per run dir: ``<run_dir>/gdro.lock``, and I/O errors that name their file.
+"""One owner per run dir: ``<run_dir>/gdro.lock``.
 
 Two processes writing one run dir corrupt it (steps duplicated, rows lost or cut, a checkpoint deleted under its
 writer), and it happens all the time: a sweep resubmitted while its jobs still run, a Slurm requeue racing the old
@@ -12,8 +12,8 @@ How it works, and why:
   never blocks a rerun and there is no stale lock to break by guesswork. The lock is not inherited by forked
   children, and an ``O_EXCL`` lockfile would outlive its writer after a SIGKILL.
 * **The file holds the holder's record** (pid, host, boot id, start time, a heartbeat, the command), JSON padded to
-  :data:`RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the heartbeat, and how the
-  run ended, are written even when the disk is full (the next start reads them, see :attr:`RunDirLock.previous`).
+  :data:`RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the heartbeat, and the
+  run.json fields a full disk refused, are written even then (the next start records them: :meth:`RunDirLock.defer`).
 * **Heartbeat, for filesystems whose locks are node-local** (below): a holder rewrites ``beat`` every
   ``heartbeat_s``. A process that gets the kernel lock but finds a record that was never released, from another
   host, with a beat younger than ``stale_s``, treats the dir as held: either that holder is alive on a filesystem
@@ -26,9 +26,8 @@ How it works, and why:
 Where it holds: any local filesystem; NFSv4, and NFSv3 with lockd (the default; not a mount with ``nolock`` or
 ``local_lock=posix|all``); Lustre mounted with ``flock``; GPFS / Spectrum Scale; CephFS. Where the kernel lock is
 node-local -- Lustre mounted ``localflock``, BeeGFS without ``tuneUseGlobalFileLocks``, NFS with ``nolock`` -- the
-heartbeat still refuses a second process on another node while the first is alive, except in the first
-``heartbeat_s`` of the first (and two processes started on two such nodes in the same instant can both win).
-Where locks fail outright (Lustre ``noflock``: ENOSYS/EINVAL, NFS without lockd: ENOLCK) the start is refused in
+record and its heartbeat still refuse a second process on another node while the first is alive (only two processes
+started on two such nodes in the same instant can both win). Where locks fail outright (Lustre ``noflock``: ENOSYS/EINVAL, NFS without lockd: ENOLCK) the start is refused in
 one line that says so. On NFSv3, a node that crashes holds its locks until it reboots: the refusal names the host,
 and removing ``gdro.lock`` by hand, once you have checked, frees the dir.
 
