@@ -232,17 +232,20 @@ def test_a_kill_at_any_point_of_the_final_save_then_a_rerun_leaves_a_loadable_fi
 
 # ----------------------------------------------------------------------------------------- a second Ctrl-C
 def test_a_second_ctrl_c_stops_at_once_in_one_line_and_the_run_is_interrupted(tmp_path, solo):
-    run_dir = tmp_path / "run"
+    """Both Ctrl-Cs land mid-run (held before step 2's checkpoint): the first asks for a graceful stop, the second
+    stops at once. (A second Ctrl-C after the graceful stop has printed its line ends the exiting process too.)"""
+    run_dir, gate = tmp_path / "run", tmp_path / "gate"
     env = {k: v for k, v in _env().items() if k != "WANDB_MODE"}
-    wandb = ("logger=wandb", "logger.wandb_mode=offline")  # W&B's own process sees the Ctrl-C too
-    proc = subprocess.Popen(_cmd(run_dir, CLI, wandb), cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+    wandb = ["logger=wandb", "logger.wandb_mode=offline"]  # W&B's own process sees the Ctrl-C too
+    proc = subprocess.Popen([sys.executable, "-c", PAUSE_BEFORE_CHECKPOINT, "2", str(gate), *CLI, *wandb,
+                             f"hydra.run.dir={run_dir}"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
-    while not list_checkpoints(run_dir):  # mid-run, with a checkpoint to resume from
+    while not gate.with_suffix(".waiting").exists():
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
-    time.sleep(0.05)
+    time.sleep(0.2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
@@ -251,7 +254,7 @@ def test_a_second_ctrl_c_stops_at_once_in_one_line_and_the_run_is_interrupted(tm
     assert _lines(err) == [said], err[-3000:]
     record = _status(run_dir)
     assert record["status"] == "interrupted" and "second Ctrl-C" in record["interrupted_by"]
-    _run(run_dir, CLI, wandb, env=env)
+    _run(run_dir, CLI, tuple(wandb), env=env)
     assert _comparable(read_metrics(run_dir)) == _comparable(solo)
     record = _status(run_dir)
     assert record["status"] == "completed" and "interrupted_by" not in record  # kept in the resumes entry
