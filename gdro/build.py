@@ -20,7 +20,9 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from gdro import rundir
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
+from gdro.ioerrors import named_io
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, field_default, node_schema, validate_config
@@ -28,7 +30,7 @@ from gdro.validate import ConfigError, field_default, node_schema, validate_conf
 log = logging.getLogger(__name__)
 
 GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
-COMPONENTS = (*GROUPS, "checkpoint", "dist")  # config groups (one YAML per option) plus nodes set in train.yaml itself
+COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
 @dataclass
@@ -98,6 +100,10 @@ def _is_default(cfg: DictConfig, key: str, value: Any) -> bool:
     return type(default) is type(value) and default == value  # True is not 1
 
 
+# keys a resumed run may change: its length, its machine, how long it waits for the run dir's lock
+RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s")
+
+
 def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: DictConfig
                  ) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint this run continues from and its ``meta.json`` (None: a fresh start), after checking it may be
@@ -109,18 +115,33 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], cfg: D
     if not run.resume:
         raise ConfigError(f"resume=false: {run_dir} holds a checkpoint (step {meta['step']}) and is left untouched; "
                           "pass resume=true to continue it, or choose another hydra.run.dir")
-    diffs = config_differences(meta["config"], resolved, ignore=("steps", "device"),
+    diffs = config_differences(meta["config"], resolved, ignore=RESUMABLE_CHANGES,
                                is_default=lambda key, value: _is_default(cfg, key, value))
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
-                          f"(only steps and device may change): " + "; ".join(diffs))
+                          f"(only steps, device and lock.* may change): " + "; ".join(diffs))
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
     return ckpt, meta
 
 
+def _previous_end(old: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """How the attempt before this one ended, for its ``resumes`` entry: as run.json recorded it, or -- when it
+    still says ``running`` (we hold the lock, so that attempt is gone) -- as it left it in the lock (a full disk),
+    or that it ended without a word (SIGKILL, out of memory, a node failure)."""
+    if old.get("status") != "running":
+        return {k: old[k] for k in ("status", "last_step", "error", "interrupted_by") if k in old}
+    lock = rundir.held(run_dir)
+    if lock is not None and lock.deferred:
+        return {**lock.deferred, "recorded": "at the next start: run.json could not be written"}
+    return {"status": "unrecorded", "last_step": old.get("last_step"),
+            "error": "the process ended without recording it (killed: SIGKILL, out of memory, a node failure)"}
+
+
 def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> RunRecord:
-    """run.json for a fresh start, or the existing one (with a ``resumes`` entry) when resuming at ``from_step``."""
+    """run.json for a fresh start, or the existing one with a ``resumes`` entry (from ``from_step``; how the previous
+    attempt ended). Nothing is written here: the trainer writes it when this attempt begins to change the run, so a
+    rerun refused before that (a bad config, an unreadable checkpoint) leaves a completed run ``completed``."""
     path = run_dir / "run.json"
     data = dict(meta)
     if from_step is not None:
@@ -128,13 +149,12 @@ def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> R
             old = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             old = {}
-        data = {**old, **meta, "resumes": [*old.get("resumes", []), {"from_step": from_step, "git": meta["git"]}]}
+        entry = {"from_step": from_step, "git": meta["git"], "previous": _previous_end(old, run_dir)}
+        data = {**old, **meta, "resumes": [*old.get("resumes", []), entry]}
         data.setdefault("wandb_id", old.get("wandb_id"))
     if not data.get("wandb_id"):
         data["wandb_id"] = uuid.uuid4().hex[:12]
-    record = RunRecord(path, data)
-    record.update(status="running", last_step=from_step or 0)
-    return record
+    return RunRecord(path, data)
 
 
 def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Trainer:
@@ -213,7 +233,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     record = None
     if dist.main:  # one process writes the run's files
         record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        with named_io(run_dir / "config.yaml"):
+            (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
     dist.barrier()
 
     log.info("loading model %s", spec.name_or_path)
@@ -232,10 +253,13 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     else:
         engine = make_engine(eng_cfg, policy, tokenizer, spec)
     if dist.main:
-        logger = RunLogger(
-            run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
-            truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
-        )
+        try:
+            logger = RunLogger(
+                run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
+                truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
+            )
+        except ValueError as err:  # metrics.jsonl shorter than its checkpoint recorded
+            raise ConfigError(f"cannot resume {ckpt}: {err}") from err
     else:
         logger = distributed.SilentLogger(run_dir)
     return Trainer(

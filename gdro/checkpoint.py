@@ -9,11 +9,13 @@ A checkpoint is a directory ``<run_dir>/checkpoints/step_NNNNNN/`` holding
 * ``meta.json`` — the step, the resolved config the run was started with, the byte length of ``metrics.jsonl``
   after the step's row (the logger's position, read before the model loads) and the format version.
 
-Writes are atomic: everything goes into a hidden temporary directory beside the final one, each file is flushed
-to disk, and only then is the directory renamed to its final name (``os.rename`` is atomic on POSIX). A process
-killed at any moment therefore leaves either the new checkpoint complete or no trace of it (a stale temporary
-directory, removed by the next save) — the previous checkpoint is always loadable. Older checkpoints are deleted
-only after the new one is in place, keeping the newest ``keep``.
+Writes are atomic (:func:`atomic_dir`): everything goes into a hidden temporary directory beside the final one, each
+file is flushed to disk, and only then is the directory renamed to its final name (``os.rename`` is atomic on
+POSIX). A process killed at any moment therefore leaves either the new checkpoint complete or no trace of it (a
+stale temporary directory, removed by the next save) — the previous checkpoint is always loadable. Older
+checkpoints are deleted only after the new one is in place, keeping the newest ``keep``. A write that fails (a full
+disk) removes its temporary directory, and its error names the file. The final policy, ``<run_dir>/checkpoint``, is
+written the same way, with a marker naming its step (:func:`final_step`).
 
 The ``.pt`` files are pickles (``torch.save``) written by this run; load only checkpoints you wrote yourself.
 """
@@ -22,9 +24,11 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,10 +36,15 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.ioerrors import named_io
+
 FORMAT_VERSION = 1
 CKPT_ROOT = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_PREFIX = ".tmp-"
+_OLD_PREFIX = ".old-"
+FINAL_DIR = "checkpoint"  # the final policy (a HF model dir) in the run dir
+FINAL_MARKER = "gdro_final.json"  # inside it: the step it holds, written last before the rename
 
 
 @dataclass(frozen=True)
@@ -79,9 +88,27 @@ def latest_checkpoint(run_dir: str | Path) -> Path | None:
     return found[-1][1] if found else None
 
 
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read (damaged on disk, or edited): the message names it and what to do."""
+
+    label = "checkpoint error"
+
+    def __init__(self, ckpt: Path, what: str, err: BaseException):
+        older = [p for _, p in list_checkpoints(ckpt.parent) if p != ckpt]
+        hint = f"; move it aside to resume from {older[-1].name}" if older else ""
+        super().__init__(f"{ckpt}: {what} is unreadable ({type(err).__name__}: {' '.join(str(err).split())}){hint}")
+
+
 def read_meta(ckpt: str | Path) -> dict[str, Any]:
     """``meta.json`` of a checkpoint: ``step``, ``config`` (resolved), ``format_version``."""
-    return json.loads((Path(ckpt) / "meta.json").read_text(encoding="utf-8"))
+    ckpt = Path(ckpt)
+    try:
+        meta = json.loads((ckpt / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise CheckpointError(ckpt, "meta.json", err) from err
+    if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
+        raise CheckpointError(ckpt, "meta.json", ValueError("not a checkpoint's meta.json (no step)"))
+    return meta
 
 
 def _fsync_dir(path: Path) -> None:
@@ -92,15 +119,98 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+class _Recording:
+    """A file's ``write`` that keeps the OSError it raised: torch.save's zip writer reports a failed write (a full
+    disk) only as a RuntimeError ("unexpected pos") that names neither the cause nor the file."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.error = fh, None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as err:
+            self.error = err
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
 def _write(path: Path, obj: Any) -> None:
-    """One file of a checkpoint, flushed to disk before returning."""
-    with path.open("wb") as fh:
+    """One file of a checkpoint, flushed to disk before returning (an I/O error names the file)."""
+    with named_io(path), path.open("wb") as fh:
         if path.suffix == ".json":
             fh.write(json.dumps(obj, indent=1, default=str).encode("utf-8"))
         else:
-            torch.save(obj, fh)
+            out = _Recording(fh)
+            try:
+                torch.save(obj, out)
+            except RuntimeError as err:
+                if out.error is None:
+                    raise
+                raise out.error from err
         fh.flush()
         os.fsync(fh.fileno())
+
+
+def _fsync_tree(root: Path) -> None:
+    for p in sorted(root.rglob("*"), reverse=True):
+        if p.is_file():
+            with named_io(p):
+                fd = os.open(p, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+    _fsync_dir(root)
+
+
+@contextmanager
+def atomic_dir(final: str | Path) -> Iterator[Path]:
+    """Write a directory as a whole: the body fills the temporary directory it is given; on success it is flushed
+    to disk and renamed to ``final`` (an existing ``final`` is renamed aside first and removed after), on an error
+    it is removed. A kill at any moment leaves ``final`` either as it was or complete, never partial -- or absent,
+    between the two renames, when it existed before; the stale temporary dirs are removed by the next call.
+    """
+    final = Path(final)
+    parent = final.parent
+    with named_io(parent):
+        parent.mkdir(parents=True, exist_ok=True)
+    clear_leftovers(final)
+    tmp = parent / f"{_TMP_PREFIX}{final.name}-{os.getpid()}"
+    with named_io(tmp):
+        tmp.mkdir()
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # frees the space a failed write took (a full disk)
+        raise
+    old = parent / f"{_OLD_PREFIX}{final.name}-{os.getpid()}"
+    with named_io(final):
+        if final.exists():
+            os.rename(final, old)
+        os.rename(tmp, final)
+        _fsync_dir(parent)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def clear_leftovers(final: str | Path) -> None:
+    """Remove what a process killed inside :func:`atomic_dir` left beside ``final``: a temporary dir, or the
+    previous version renamed aside."""
+    final = Path(final)
+    for stale in [*final.parent.glob(f"{_TMP_PREFIX}{final.name}-*"), *final.parent.glob(f"{_OLD_PREFIX}{final.name}-*")]:
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def final_step(run_dir: str | Path) -> int | None:
+    """The step of the final policy in ``<run_dir>/checkpoint`` (None: none, or one saved without the marker, by
+    an older gdro or in place)."""
+    try:
+        return int(json.loads((Path(run_dir) / FINAL_DIR / FINAL_MARKER).read_text(encoding="utf-8"))["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], meta: Mapping[str, Any], *,
@@ -110,20 +220,15 @@ def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], me
     Returns the checkpoint's path. Saving a step that already has a checkpoint leaves the existing one.
     """
     root = Path(run_dir) / CKPT_ROOT
-    root.mkdir(parents=True, exist_ok=True)
     final = root / step_dirname(step)
     if final.is_dir() and (final / "meta.json").is_file():
         return final
     for stale in root.glob(f"{_TMP_PREFIX}*"):  # left by a process killed mid-write
         shutil.rmtree(stale, ignore_errors=True)
-    tmp = root / f"{_TMP_PREFIX}{step_dirname(step)}-{os.getpid()}"
-    tmp.mkdir()
-    for name, obj in files.items():
-        _write(tmp / f"{name}.pt", obj)
-    _write(tmp / "meta.json", {"format_version": FORMAT_VERSION, "step": step, **meta})
-    _fsync_dir(tmp)
-    os.rename(tmp, final)
-    _fsync_dir(root)
+    with atomic_dir(final) as tmp:
+        for name, obj in files.items():
+            _write(tmp / f"{name}.pt", obj)
+        _write(tmp / "meta.json", {"format_version": FORMAT_VERSION, "step": step, **meta})
     for _, old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
@@ -134,8 +239,15 @@ def load_checkpoint(ckpt: str | Path, names: tuple[str, ...]) -> dict[str, Any]:
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{ckpt}: checkpoint format {meta.get('format_version')} is not {FORMAT_VERSION}")
-    return {n: torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False) for n in names}
+        raise CheckpointError(ckpt, "its format", ValueError(f"format {meta.get('format_version')}, this gdro reads "
+                                                             f"{FORMAT_VERSION}"))
+    out = {}
+    for n in names:
+        try:
+            out[n] = torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # truncated, damaged, missing
+            raise CheckpointError(ckpt, f"{n}.pt", err) from err
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------------

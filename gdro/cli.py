@@ -6,15 +6,19 @@ import difflib
 import gc
 import logging
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
+
+if TYPE_CHECKING:
+    from gdro.rundir import RunDirLock
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro")
@@ -27,9 +31,17 @@ def _train(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
+    run_dir = Path(hc.runtime.output_dir)
+    if not cfg.progress:  # no bars at all, transformers' own either (loading and writing weights): stderr is errors
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    # one process owns the run dir (taken before Hydra started when the dir was known then; re-entered here).
     # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save a checkpoint, exit cleanly; rerun to resume
-    with user_errors(), StopRequest().installed() as stop:
-        trainer = build_trainer(cfg, Path(hc.runtime.output_dir), choices=choices)
+    with user_errors(), _run_dir_lock(cfg, run_dir) as lock, StopRequest().installed() as stop:
+        if lock is not None and lock.takeover():
+            log.warning("%s", lock.takeover())  # (in the job log: the lock may have been taken before Hydra's logging)
+        trainer = build_trainer(cfg, run_dir, choices=choices)
         trainer.stop = stop
         # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
         # scans (measured on the toy: GC time 0.48 -> 0.14 s per 25 steps)
@@ -39,6 +51,8 @@ def _train(cfg: DictConfig) -> float | None:
         except Interrupted as err:
             print(f"gdro-train: {err}; run the same command again to resume", file=sys.stderr)
             sys.exit(128 + err.signum)
+        except KeyboardInterrupt:  # a second Ctrl-C: fit() marked run.json interrupted; stop now (no W&B finish)
+            _stop_now(lock, "at once by a second Ctrl-C (the run is marked interrupted)")
         finally:
             trainer.logger.close()
     evals = [r for r in rows if any(k.startswith("eval/mean@") for k in r)]
@@ -50,10 +64,19 @@ def _train(cfg: DictConfig) -> float | None:
 
 
 def train() -> None:
-    """Console script ``gdro-train``: the config is composed and checked first; a user error is one line, exit 2."""
-    precheck(sys.argv[1:], "train", _check_train)
+    """Console script ``gdro-train``: the config is composed and checked first; a user error is one line, exit 2.
+
+    A run dir named on the command line (no ``${now:...}`` in ``hydra.run.dir``) is locked here, before Hydra
+    writes its ``.hydra/`` files and log into it; any other is checked for being creatable, then locked in the job.
+    """
+    logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
+    cfg = precheck(sys.argv[1:], "train", _check_train)
     _join_processes()
-    _train()
+    try:
+        with user_errors(), _planned_run_dir_lock(cfg):
+            _train()
+    except KeyboardInterrupt:  # a Ctrl-C before or after the run's own handler was in place (waiting for the lock)
+        _stop_now(None, "by Ctrl-C")
 
 
 def _join_processes() -> None:
@@ -81,6 +104,69 @@ def _join_processes() -> None:
         sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
+def _main_process() -> bool:
+    """Whether this process writes the run dir: rank 0 under torchrun or a submitit job of several tasks."""
+    from gdro.distributed import export_job_environment
+
+    export_job_environment()  # a submitit task learns its rank here (idempotent; build_trainer calls it too)
+    return os.environ.get("RANK", "0") in ("", "0")
+
+
+@contextmanager
+def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]:
+    """Hold ``run_dir``'s lock (gdro.rundir) for the body; the other processes of a multi-process run hold none."""
+    from gdro.rundir import LockConfig, hold
+    from gdro.validate import build_node
+
+    if not _main_process():
+        yield None
+        return
+    lock_cfg = build_node(cfg.lock, "lock") if "lock" in cfg else LockConfig()
+    with hold(run_dir, lock_cfg) as lock:
+        yield lock
+
+
+@contextmanager
+def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
+    """Before Hydra starts the job: lock the run dir when the command names it (no ``${now:...}``: a dir only
+    this command can resolve to), else check that it can be created. Nothing for a sweep (each job locks its own)."""
+    from gdro.ioerrors import check_creatable
+
+    if cfg is None:
+        yield
+        return
+    run_dir, dated = planned_run_dir(cfg)
+    if dated:
+        check_creatable(run_dir)
+        yield
+        return
+    with _run_dir_lock(cfg, run_dir):
+        yield
+
+
+def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
+    """The run dir Hydra will make for a single run of ``cfg`` (composed with its ``hydra`` node), and whether its
+    pattern holds ``${now:...}`` (then Hydra's own resolution, a moment later, may differ)."""
+    HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` in the dir's pattern
+    try:
+        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
+    finally:
+        HydraConfig.instance().cfg = None
+    return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
+
+
+def _stop_now(lock: RunDirLock | None, how: str) -> NoReturn:
+    """A Ctrl-C that must stop now: one line, then exit at once (130) -- no W&B finish, no teardown that another
+    Ctrl-C could turn into a traceback."""
+    print(f"gdro-train: stopped {how}; run the same command again to resume from the last checkpoint",
+          file=sys.stderr)
+    if lock is not None:
+        lock.release()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + signal.SIGINT)
+
+
 def _check_train(cfg: DictConfig) -> None:
     from gdro.build import build_components
 
@@ -89,37 +175,52 @@ def _check_train(cfg: DictConfig) -> None:
 
 # ------------------------------------------------------------------------------------------ user errors: one line
 EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status for a usage error)
+EXIT_IO_ERROR = 74  # the disk is full, a path is not writable, a file is unreadable (sysexits EX_IOERR)
+EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
 MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still checks its own config)
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from gdro.build import ConfigError
+    from gdro.checkpoint import CheckpointError
     from gdro.models import ModelUnavailableError
 
-    return (ConfigError, ModelUnavailableError)
+    return (ConfigError, CheckpointError, ModelUnavailableError)
 
 
-def fail(err: BaseException | str, label: str = "config error") -> NoReturn:
-    """Print ``<label>: <message>`` as one line on stderr and exit with status 2 (HYDRA_FULL_ERROR=1: re-raise)."""
+def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
+    from gdro.ioerrors import one_line
+
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
-    print(f"{label}: {' '.join(str(err).split())}", file=sys.stderr)
-    sys.exit(EXIT_USER_ERROR)
+    print(f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}", file=sys.stderr)
+    sys.exit(status)
 
 
 @contextmanager
 def user_errors() -> Iterator[None]:
-    """A ConfigError (or an unloadable model) raised inside becomes one line on stderr and exit status 2.
+    """A user error raised inside becomes one line on stderr and a non-zero exit: a ConfigError or an unloadable
+    model (2), another process holding the run dir (75), a full disk or an unwritable or unreadable path (74).
 
     Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
     printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
     """
+    from gdro.ioerrors import is_environment_error
+    from gdro.rundir import RunDirLocked
+
     try:
         yield
     except _user_error_types() as err:
         fail(err)
+    except RunDirLocked as err:
+        fail(err, status=EXIT_IN_USE)
+    except OSError as err:
+        if not is_environment_error(err):
+            raise
+        fail(err, status=EXIT_IO_ERROR)
 
 
 def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None]) -> str:
@@ -164,8 +265,11 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]] | None:
     return jobs[:MAX_PRECHECKED_JOBS]
 
 
-def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], object]) -> None:
+def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], object]) -> DictConfig | None:
     """Compose the config exactly as the job will get it and ``check`` it; a user error exits here.
+
+    Returns the composed config (with its ``hydra`` node) of a single run; None for a sweep or when nothing was
+    checked.
 
     Runs before Hydra starts the job (no run dir, no logging set-up, no model): a bad override, an unknown key or
     option, a wrong type or range is one line on stderr and exit status 2. Hydra's informational flags (--help,
@@ -179,13 +283,13 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
     args, unknown = get_args_parser().parse_known_args(argv)
     if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or \
             args.config_path or args.config_dir or args.config_name or args.experimental_rerun:
-        return
+        return None
     overrides = list(args.overrides)
     multirun = args.multirun or any(o.replace(" ", "") in ("hydra.mode=MULTIRUN", "++hydra.mode=MULTIRUN")
                                     for o in overrides)
     jobs = _sweep_jobs(overrides) if multirun else [overrides]
     if jobs is None:
-        return
+        return None
 
     def compose_job(job: list[str]) -> DictConfig:
         with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="cli"):
@@ -213,6 +317,7 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
                 check(cfg)
         finally:
             HydraConfig.instance().cfg = None  # Hydra sets it again for the job
+    return None if multirun else cfg
 
 
 if __name__ == "__main__":

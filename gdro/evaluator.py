@@ -34,12 +34,13 @@ from typing import Any
 import hydra
 import torch
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gdro.build import ConfigError
-from gdro.cli import precheck, user_errors
+from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
+from gdro.ioerrors import named_io
 from gdro.validate import build_node, check_keys, rewrite
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
@@ -66,10 +67,18 @@ class EvalPlan:
     golds: dict[str, Any] = field(default_factory=dict)  # benchmark -> its golds prepared at load (GoldTable)
 
 
+def suites() -> list[str]:
+    """The benchmark suites, one file each in ``conf/suite/`` (``suite=paper`` fills ``benchmarks``)."""
+    return sorted(p.stem for p in (Path(CONF_DIR) / "suite").glob("*.yaml"))
+
+
 def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
-    raw = OmegaConf.to_container(cfg.benchmarks, resolve=True) if "benchmarks" in cfg else None
+    raw = cfg.get("benchmarks")
+    raw = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, (DictConfig, ListConfig)) else raw
     if not isinstance(raw, list) or not raw:
-        raise ConfigError("benchmarks must be a non-empty list of {name: ..., data_files: ...} entries")
+        raise ConfigError(f"benchmarks={raw}: not a suite ({', '.join(suites())}) nor a non-empty list of benchmark "
+                          "names or {name: ..., data_files: ...} entries, e.g. "
+                          "'benchmarks=[{name: math500, data_files: math500.jsonl}]'")
     out, seen = [], set()
     for i, entry in enumerate(raw):
         if isinstance(entry, str):
@@ -125,6 +134,11 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
         raise ConfigError(str(err)) from err
     ckpt = cfg.get("checkpoint")
     if ckpt is not None:
+        from gdro.models import model_dir_problem
+
+        problem = model_dir_problem(str(ckpt))
+        if problem is not None:
+            raise ConfigError(f"checkpoint: {problem}")
         if not (Path(str(ckpt)) / "config.json").is_file():
             raise ConfigError(f"checkpoint: {ckpt!r} is not a model directory (no config.json)")
         import dataclasses
@@ -198,6 +212,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         torch.set_num_threads(plan.threads)
     spec, eval_cfg, eng_cfg = plan.parts["model"], plan.parts["eval"], plan.parts["rollout"]
     out_dir = Path(out_dir)
+    _check_out(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer = load_tokenizer(spec)
     dropped = {}
@@ -235,10 +250,12 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         "choices": choices or {},
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
-    with open(out_dir / "samples.jsonl", "w") as fh:  # every completion and its verdict: gdro-rescore reads it
-        fh.writelines(json.dumps(row) + "\n" for row in samples)
-    (out_dir / "eval.md").write_text(md)
+    with named_io(out_dir / "eval.json"):
+        (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
+    with named_io(out_dir / "samples.jsonl"), open(out_dir / "samples.jsonl", "w") as fh:  # read by gdro-rescore
+        fh.writelines(json.dumps(row) + "\n" for row in samples)  # every completion and its verdict
+    with named_io(out_dir / "eval.md"):
+        (out_dir / "eval.md").write_text(md)
     print(md, end="")
     return metrics
 
@@ -254,18 +271,53 @@ def _eval(cfg: DictConfig) -> float:
     return float(metrics[f"eval/pass@{cfg.eval.k}"])
 
 
+def _check_out(out: Path) -> None:
+    """``out`` must be a directory, or creatable as one: an existing file is a config error, an unwritable place an
+    I/O error naming the directory (both before any model loads)."""
+    from gdro.ioerrors import check_creatable
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"out={out}: is a file; eval.json and eval.md go into a directory")
+    check_creatable(out)
+
+
 def _check(cfg: DictConfig) -> None:
-    """Before Hydra starts the job: known top-level keys, and every group's keys, types and ranges."""
+    """Before Hydra starts the job: known top-level keys, every group's keys, types and ranges, the shape of the
+    benchmark list (and its files exist) and ``out``."""
     check_keys([str(k) for k in cfg if k != "hydra"], [*GROUPS, "benchmarks", "checkpoint", "out", "threads", "device"])
     for g in GROUPS:
         if g not in cfg:
             raise ConfigError(f"{g}: missing (the config must set every group)")
         build_node(cfg[g], g)
+    _entries(cfg)
+    if cfg.get("out") is not None:
+        _check_out(Path(str(cfg.out)))
+
+
+def _suite_alias(argv: list[str]) -> list[str]:
+    """``benchmarks=paper`` names a suite (the form gdro-eval has always taken): it becomes ``suite=paper``, so
+    that ``benchmarks`` itself stays a plain list (``benchmarks=[...]``, ``benchmarks.0.data_files=...``)."""
+    names = set(suites())
+    out = []
+    for arg in argv:
+        key, eq, value = arg.partition("=")
+        if eq and key == "benchmarks" and value and all(v.strip() in names for v in value.split(",")):
+            arg = f"suite={value}"
+        out.append(arg)
+    return out
 
 
 def main() -> None:
-    """Console script ``gdro-eval``: a user error (bad key, value, benchmark, checkpoint) is one line, exit 2."""
-    precheck(sys.argv[1:], "eval_app", _check)
+    """Console script ``gdro-eval``: a user error (bad key, value, benchmark, checkpoint, output) is one line on
+    stderr with a non-zero exit (gdro.cli.user_errors)."""
+    logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
+    sys.argv[1:] = _suite_alias(sys.argv[1:])
+    cfg = precheck(sys.argv[1:], "eval_app", _check)
+    if cfg is not None:  # Hydra's own mkdir would fail with a traceback
+        from gdro.ioerrors import check_creatable
+
+        with user_errors():
+            check_creatable(planned_run_dir(cfg)[0])
     _eval()
 
 

@@ -300,6 +300,38 @@ def resolve_path(name_or_path: str) -> str:
     return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
 
 
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def model_dir_problem(path: str | Path) -> str | None:
+    """What keeps a local model directory from loading, in one line (None: it looks complete, or it is no local
+    directory). A save cut short leaves ``config.json`` without weights or tokenizer: transformers would then fail
+    far from the cause (a chat-template error)."""
+    path = Path(path)
+    if not path.is_dir():
+        return None
+    names = {p.name for p in path.iterdir()}
+    missing = [what for what, files in (("config.json", ("config.json",)), ("weights", WEIGHT_FILES),
+                                        ("tokenizer", TOKENIZER_FILES)) if not names & set(files)]
+    if "run.json" in names:
+        return f"{str(path)!r} is a gdro run dir; its final policy is {str(path / 'checkpoint')!r}"
+    if len(missing) == 3:
+        return None  # no model dir at all (from_pretrained's own message says so)
+    if missing:
+        return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
+                "rerunning the gdro-train command that wrote it finishes it)")
+    from safetensors import SafetensorError, safe_open
+
+    for weights in sorted(path.glob("*.safetensors")):  # the header and the file's length: cheap, nothing loaded
+        try:
+            with safe_open(str(weights), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            return f"{str(weights)!r} is unreadable, truncated or corrupt ({' '.join(str(err).split())})"
+    return None
+
+
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
     if spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
         hint = ("this local directory does not hold a loadable model"
@@ -322,6 +354,9 @@ def load_tokenizer(spec: ModelSpec):
     from transformers import AutoTokenizer
 
     path = resolve_path(spec.name_or_path)
+    problem = model_dir_problem(path)
+    if problem is not None:
+        raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, HfHubHTTPError, HFValidationError) as err:
@@ -374,6 +409,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
     (``train=True``); either way the model computes in ``spec.dtype`` (:func:`compute_dtype`).
     """
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     target = resolve_device(device)
@@ -385,6 +421,9 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         raise _unavailable(spec, path, err) from err
+    except SafetensorError as err:  # truncated or corrupt weights
+        raise ModelUnavailableError(f"Cannot load model {path!r}: its weights are unreadable, truncated or corrupt "
+                                    f"({err})") from err
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config.eos_token_id is None:

@@ -37,11 +37,12 @@ import argparse
 import csv
 import json
 import math
+import os
 import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -853,9 +854,30 @@ def exclusion_notes(runs: list[Run], skipped: list[Skipped], root: str | Path, *
     return "\n".join(sections), lines
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (its own print the usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="gdro-report", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Console script ``gdro-report``: a usage error is one line (status 2), an unwritable ``--out`` or a full disk
+    one line naming the path (status 74); ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
+    from gdro.ioerrors import is_environment_error, one_line
+
+    try:
+        return _main(argv)
+    except OSError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not is_environment_error(err):
+            raise
+        print(f"gdro-report: {one_line(err)}", file=sys.stderr)
+        return 74
+
+
+def _main(argv: list[str] | None) -> int:
+    ap = _Parser(prog="gdro-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep_dir", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
     ap.add_argument("--which", choices=("final", "best"), default="final",
@@ -887,6 +909,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
                   "its runs are pooled as independent samples", file=sys.stderr)
     out = args.out or args.sweep_dir / "report"
+    if out.exists() and not out.is_dir():
+        ap.error(f"--out {out}: is a file; the report goes into a directory")
     tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
     if tail_levels and not tail_keys:
         print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "

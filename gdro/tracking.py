@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gdro.ioerrors import named_io
+
 log = logging.getLogger(__name__)
 
 WANDB_MODES = ("auto", "online", "offline", "disabled")
@@ -131,8 +133,9 @@ class RunLogger:
     def log(self, row: dict[str, Any]) -> dict[str, Any]:
         """Append ``row`` (NaN/inf written as null) and return it as written."""
         row = {k: _clean(v) for k, v in row.items()}
-        self._fh.write(json.dumps(row) + "\n")
-        self._fh.flush()
+        with named_io(self.path):
+            self._fh.write(json.dumps(row) + "\n")
+            self._fh.flush()
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=int(row["step"]))
         return row
@@ -157,13 +160,25 @@ class RunRecord:
         self.path = Path(path)
         self.data = data
 
+    def begin(self, **fields: Any) -> None:
+        """A new attempt starts changing the run: ``running``; the fields that told how the previous attempt ended
+        (``error``, ``interrupted_by``) go, as they are kept in its ``resumes`` entry."""
+        for stale in ("error", "interrupted_by"):
+            self.data.pop(stale, None)
+        self.update(status="running", **fields)
+
     def update(self, **fields: Any) -> None:
         if "status" in fields and fields["status"] not in self.STATUSES:
             raise ValueError(f"status must be one of {self.STATUSES}, got {fields['status']!r}")
         self.data.update(fields)
         tmp = self.path.with_name(f".{self.path.name}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=2, default=str), encoding="utf-8")
-        os.replace(tmp, self.path)
+        try:
+            with named_io(tmp):
+                tmp.write_text(json.dumps(self.data, indent=2, default=str), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk: leave run.json as it was, whole
+            raise
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

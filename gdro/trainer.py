@@ -8,6 +8,7 @@ loss weights → clipped-surrogate update → controller updates → log.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import signal
 import threading
@@ -26,7 +27,12 @@ from tqdm.auto import tqdm
 from gdro.advantages import group_advantages
 from gdro.checkpoint import (
     CKPT_ROOT,
+    FINAL_DIR,
+    FINAL_MARKER,
     CheckpointConfig,
+    atomic_dir,
+    clear_leftovers,
+    final_step,
     load_checkpoint,
     read_meta,
     rng_state,
@@ -46,9 +52,11 @@ from gdro.interfaces import (
     RolloutAllocator,
     StepFeedback,
 )
+from gdro.ioerrors import named_io
 from gdro.loss import LossConfig
 from gdro.policy import OptimConfig, ppo_update
 from gdro.rollout.base import Generator, RolloutBatch, SamplingParams, concat_rollouts
+from gdro.rundir import held
 from gdro.tracking import RunRecord
 
 if TYPE_CHECKING:
@@ -168,28 +176,55 @@ class Trainer:
     stop: StopRequest | None = None
     config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
     dist: Dist = field(default_factory=Dist)  # this process's rank among the run's processes (gdro.distributed)
+    _began: bool = field(default=False, init=False, repr=False)  # this attempt has changed the run dir (fit)
 
     def fit(self) -> list[dict[str, Any]]:
         """Train for ``run.steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
 
-        ``run.json`` follows the run: ``running`` while it trains, then ``completed``, ``interrupted`` (a signal;
-        the checkpoint was saved) or ``failed`` (with the error).
+        ``run.json`` follows the run: ``running`` from the moment this attempt changes the run dir (so a rerun that
+        stops before -- nothing to do, or an error while restoring -- leaves the record as it was, e.g.
+        ``completed``), then ``completed``, ``interrupted`` (a signal: the checkpoint was saved; or a second Ctrl-C:
+        stopped at once) or ``failed`` (with the error). A record the disk cannot take is left to the next start.
         """
-        if self.record is not None:
-            self.record.update(status="running")
+        self._began = False
         try:
             rows = self._fit()
         except Interrupted as stop:
-            if self.record is not None:
-                self.record.update(status="interrupted", interrupted_by=signal.Signals(stop.signum).name)
+            self._mark(status="interrupted", interrupted_by=signal.Signals(stop.signum).name)
+            raise
+        except KeyboardInterrupt:
+            self._mark(status="interrupted", interrupted_by="SIGINT (a second Ctrl-C: stopped at once)")
             raise
         except BaseException as err:
-            if self.record is not None:
-                self.record.update(status="failed", error=f"{type(err).__name__}: {err}"[:2000])
+            self._mark(status="failed", error=f"{type(err).__name__}: {err}"[:2000])
             raise
-        if self.record is not None:
-            self.record.update(status="completed", last_step=self.run.steps)
+        if not self._began and self.record is not None and self.record.data.get("status") != "completed":
+            self._begin(self.run.steps)  # nothing left to do, but the record never said it completed
+        self._mark(status="completed", last_step=self.run.steps)
         return rows
+
+    def _begin(self, step: int) -> None:
+        """This attempt is about to change the run dir: run.json says ``running`` from here on (and holds what an
+        earlier attempt left in the lock because its disk was full)."""
+        if self.record is not None and not self._began:
+            self.record.begin(last_step=step)
+            lock = held(self.run_dir)
+            if lock is not None:
+                lock.settle()
+        self._began = True
+
+    def _mark(self, **fields: Any) -> None:
+        """Record how this attempt ended, if it began. A full disk: the fields wait in the run dir's lock (written
+        in place), and the next start records them."""
+        if self.record is None or not self._began:
+            return
+        try:
+            self.record.update(**fields)
+        except OSError as err:
+            log.warning("run.json not updated (%s): the next start will record how this attempt ended", err)
+            lock = held(self.run_dir)
+            if lock is not None:
+                lock.defer(fields)
 
     def _fit(self) -> list[dict[str, Any]]:
         run, rows = self.run, []
@@ -212,8 +247,16 @@ class Trainer:
             start = self._restore(self.resume_from, optimizer, scheduler, rngs)
             log.info("resumed from %s (step %d of %d)", self.resume_from, start, run.steps)
         if start >= run.steps:
-            log.info("nothing to do: the run is at step %d of %d", start, run.steps)
+            if not run.save_final or final_step(self.run_dir) == run.steps:
+                if self.dist.main:
+                    clear_leftovers(self.run_dir / FINAL_DIR)  # a kill right after the final save's swap
+                log.info("nothing to do: the run is at step %d of %d", start, run.steps)
+                return rows
+            log.info("the run is at step %d of %d; finishing its final save", start, run.steps)  # a cut one
+            self._begin(start)
+            self.save(self.run_dir / FINAL_DIR)
             return rows
+        self._begin(start)
         self._check_stop(start, None)  # a signal during set-up: stop before any step
         if start == 0 and self.eval_cfg.at_start:
             rows.append(self._log({"step": 0, **self._evaluate()}))
@@ -284,7 +327,7 @@ class Trainer:
             self._check_stop(step, ckpt)
         bar.close()
         if run.save_final:
-            self.save(self.run_dir / "checkpoint")
+            self.save(self.run_dir / FINAL_DIR)
         return rows
 
     # -- the step split across processes (gdro.distributed; one process: shards=1 changes nothing) ---------------
@@ -459,7 +502,9 @@ class Trainer:
 
     def save(self, path: Path) -> None:
         """The final policy as a HF checkpoint (loadable by ``model.name_or_path=<path>``), in the compute dtype
-        (``model.dtype``; fp32 master weights are cast down, as the base checkpoint was stored)."""
+        (``model.dtype``; fp32 master weights are cast down, as the base checkpoint was stored). Written like the
+        training checkpoints (gdro.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill at any
+        moment leaves the previous one or the new one, and a rerun finishes a save that was cut."""
         from gdro.models import compute_dtype
 
         dt = compute_dtype(self.policy)
@@ -473,5 +518,8 @@ class Trainer:
             for name, p in self.policy.named_parameters(remove_duplicate=False):
                 (tied if id(p) in seen else seen).add(name if id(p) in seen else id(p))
             state = {k: t.to(dt) if t.is_floating_point() else t for k, t in full.items() if k not in tied}
-        self.policy.save_pretrained(path, safe_serialization=True, state_dict=state)
-        self.tokenizer.save_pretrained(path)
+        with atomic_dir(path) as tmp:
+            with named_io(tmp):
+                self.policy.save_pretrained(tmp, safe_serialization=True, state_dict=state)
+                self.tokenizer.save_pretrained(tmp)
+            (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.run.steps}), encoding="utf-8")

@@ -39,12 +39,11 @@ from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from gdro.build import GROUPS
-from gdro.checkpoint import CheckpointConfig
 from gdro.trainer import RunConfig
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
-NOT_COMPONENT_GROUPS = {"experiment", "benchmarks", "memory", "hydra"}  # presets | eval entries | per-size deltas | Hydra launchers
+NOT_COMPONENT_GROUPS = {"experiment", "suite", "memory", "hydra"}  # presets | eval suites | per-size deltas | Hydra launchers
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
 
@@ -179,27 +178,21 @@ def test_python_defaults_equal_the_reference_option(group, target):
     assert not problems, "Python defaults disagree with the YAML:\n  " + "\n  ".join(problems)
 
 
-def test_checkpoint_node_defaults_equal_train_yaml():
-    node = OmegaConf.to_container(compose_cfg().checkpoint, resolve=True)
-    assert get_object(node.pop("_target_")) is CheckpointConfig
-    assert set(node) == set(python_defaults(CheckpointConfig)), "checkpoint: keys vs CheckpointConfig fields"
-    problems = disagreements(CheckpointConfig, node, "conf/train.yaml checkpoint:")
-    assert not problems, "\n".join(problems)
-
-
-def test_dist_defaults_equal_train_yaml():
-    from gdro.distributed import DistConfig
-
-    node = OmegaConf.to_container(compose_cfg().dist)
-    node.pop("_target_")
-    assert set(node) == set(python_defaults(DistConfig)), "dist: keys vs DistConfig fields"
-    problems = disagreements(DistConfig, node, "conf/train.yaml dist:")
+@pytest.mark.parametrize(("key", "target"), [("checkpoint", "gdro.checkpoint.CheckpointConfig"),
+                                           ("dist", "gdro.distributed.DistConfig"), ("lock", "gdro.rundir.LockConfig")])
+def test_train_yaml_nodes_defaults_equal_their_dataclass(key, target):
+    """The nodes conf/train.yaml sets itself (not groups): their keys and values are their dataclass's defaults."""
+    cls = get_object(target)
+    node = OmegaConf.to_container(compose_cfg()[key], resolve=True)
+    assert get_object(node.pop("_target_")) is cls
+    assert set(node) == set(python_defaults(cls)), f"{key}: keys vs {cls.__name__} fields"
+    problems = disagreements(cls, node, f"conf/train.yaml {key}:")
     assert not problems, "\n".join(problems)
 
 
 def test_run_config_defaults_equal_train_yaml_top_level_keys():
     cfg = compose_cfg()
-    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist"}
+    top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist", "lock"}
     assert top == set(python_defaults(RunConfig)), "conf/train.yaml top-level keys vs RunConfig fields"
     values = {k: cfg[k] for k in top}
     problems = disagreements(RunConfig, values, "conf/train.yaml")

@@ -34,7 +34,7 @@ def compose_eval(overrides: list[str]):
 
 
 def paper_overrides(tmp_path: Path) -> list[str]:
-    out = ["benchmarks=paper", "model.max_prompt_len=1024", "model.max_new_tokens=4", "eval.k=1", "eval.max_problems=3"]
+    out = ["suite=paper", "model.max_prompt_len=1024", "model.max_new_tokens=4", "eval.k=1", "eval.max_problems=3"]
     names = list(PAPER_FILES)
     for i, name in enumerate(names):
         out.append(f"benchmarks.{i}.data_files={FIX / PAPER_FILES[name]}")
@@ -105,7 +105,7 @@ def test_errors_before_model_load(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"unknown benchmark 'aime2026'.*math500.*toy_copy"):
         run_eval(compose_eval(["benchmarks.0.name=aime2026"]), tmp_path)
     with pytest.raises(ConfigError, match="no such file"):
-        run_eval(compose_eval(["benchmarks=paper", "benchmarks.0.data_files=/nope/x.jsonl"]), tmp_path)
+        run_eval(compose_eval(["suite=paper", "benchmarks.0.data_files=/nope/x.jsonl"]), tmp_path)
     with pytest.raises(ConfigError, match="checkpoint"):
         run_eval(compose_eval([f"checkpoint={tmp_path}"]), tmp_path)
     with pytest.raises(ConfigError, match="eval"):

@@ -533,8 +533,8 @@ def _first_line(err: BaseException) -> str:
 def read_json_lines(path: str) -> tuple[list[dict], int, list[int]]:
     """The JSON-object rows of a JSON-lines file, the number of malformed lines and the first few of them.
 
-    A line is malformed when it is not UTF-8, not JSON (a truncated last line included) or not a JSON object;
-    blank lines are ignored. :class:`DataFileError` when the file is unreadable, empty or has no valid row.
+    A line is malformed when it is not UTF-8, not JSON (a truncated last line included) or not a JSON object with a
+    field (``{}`` is no row: a file of them would otherwise load as zero rows); blank lines are ignored. :class:`DataFileError` when the file is unreadable, empty or has no valid row.
     """
     try:
         data = Path(path).read_bytes()
@@ -550,7 +550,7 @@ def read_json_lines(path: str) -> tuple[list[dict], int, list[int]]:
         except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             bad.append(lineno)
             continue
-        if isinstance(row, dict):
+        if isinstance(row, dict) and row:
             rows.append(row)
         else:
             bad.append(lineno)

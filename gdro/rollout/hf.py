@@ -198,7 +198,8 @@ class HFGenerator:
                 if self.prune_every == 0 or bool(ended.all()) or done >= sp.max_new_tokens:
                     break
                 # continue the rows without an EOS from their own cache: it holds every token but the last sampled
-                cache, input_ids = out.past_key_values, out.sequences
+                cache = out.cache if getattr(out, "cache", None) is not None else out.past_key_values  # 5.x: cache
+                input_ids = out.sequences
                 if ended.any():
                     keep = torch.nonzero(~ended).flatten()
                     cache.reorder_cache(keep)

@@ -1,0 +1,353 @@
+"""One owner per run dir: ``<run_dir>/gdro.lock``.
+
+Two processes writing one run dir corrupt it (steps duplicated, rows lost or cut, a checkpoint deleted under its
+writer), and it happens all the time: a sweep resubmitted while its jobs still run, a Slurm requeue racing the old
+job, a second terminal. So ``gdro-train`` takes this lock before it touches the dir and holds it for the run's life;
+a second process refuses in one line naming the holder.
+
+How it works, and why:
+
+* **The lock is a POSIX record lock** (``fcntl.lockf``) on ``gdro.lock``, held on an open descriptor. The kernel (on
+  NFS, the lock server) drops it when the holder dies, however it dies (SIGKILL, OOM, a crash), so a dead holder
+  never blocks a rerun and there is no stale lock to break by guesswork. The lock is not inherited by forked
+  children, and an ``O_EXCL`` lockfile would outlive its writer after a SIGKILL.
+* **The file holds the holder's record** (pid, host, boot id, start time, a heartbeat, the command), JSON padded to
+  :data:`RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the heartbeat, and the
+  run.json fields a full disk refused, are written even then (the next start records them: :meth:`RunDirLock.defer`).
+* **Heartbeat, for filesystems whose locks are node-local** (below): a holder rewrites ``beat`` every
+  ``heartbeat_s``. A process that gets the kernel lock but finds a record that was never released, from another
+  host, with a beat younger than ``stale_s``, treats the dir as held: either that holder is alive on a filesystem
+  that did not tell us, or it died less than ``stale_s`` ago (it is then taken over once the beat is older). Hosts'
+  clocks must agree to well within ``stale_s`` (NTP).
+* **A bounded wait** (``lock.wait_s``; ``lock.requeue_wait_s`` for a requeued Slurm job, ``SLURM_RESTART_COUNT`` > 0):
+  a job requeued while its predecessor is still dying (finishing its SIGTERM checkpoint) waits for the lock, then
+  refuses.
+
+Where it holds: any local filesystem; NFSv4, and NFSv3 with lockd (the default; not a mount with ``nolock`` or
+``local_lock=posix|all``); Lustre mounted with ``flock``; GPFS / Spectrum Scale; CephFS. Where the kernel lock is
+node-local -- Lustre mounted ``localflock``, BeeGFS without ``tuneUseGlobalFileLocks``, NFS with ``nolock`` -- the
+record and its heartbeat still refuse a second process on another node while the first is alive (only two processes
+started on two such nodes in the same instant can both win). Where locks fail outright (Lustre ``noflock``: ENOSYS/EINVAL, NFS without lockd: ENOLCK) the start is refused in
+one line that says so. On NFSv3, a node that crashes holds its locks until it reboots: the refusal names the host,
+and removing ``gdro.lock`` by hand, once you have checked, frees the dir.
+
+A process holds each dir once: POSIX locks belong to the process and are dropped when *any* descriptor of the file
+is closed, so the file must never be opened twice in one process; :func:`hold` keeps a registry of the locks this
+process holds and re-enters them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import socket
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from gdro.ioerrors import check_creatable, named, named_io
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "gdro.lock"
+RECORD_BYTES = 4096  # one page: rewritten in place, never grown (needs no new block on a full disk)
+HEARTBEAT_S = 15.0  # the holder rewrites its beat this often
+STALE_S = 90.0  # an unreleased record from another host whose beat is older than this belongs to a dead holder
+POLL_S = 0.5  # how often a waiting start retries
+_UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
+
+
+@dataclass(frozen=True)
+class LockConfig:
+    """The run-dir lock (the ``lock:`` node of conf/train.yaml)."""
+
+    wait_s: float = 0.0  # a start that finds the run dir held waits up to this long for the holder to end, then refuses
+    requeue_wait_s: float = 300.0  # the same for a requeued Slurm job (SLURM_RESTART_COUNT > 0): its predecessor may
+    #                                still be saving its last checkpoint
+
+    def __post_init__(self) -> None:
+        if not self.wait_s >= 0:
+            raise ValueError(f"wait_s must be >= 0 seconds, got {self.wait_s}")
+        if not self.requeue_wait_s >= 0:
+            raise ValueError(f"requeue_wait_s must be >= 0 seconds, got {self.requeue_wait_s}")
+
+    def wait(self, environ: dict[str, str] | os._Environ = os.environ) -> float:
+        """Seconds to wait for a held run dir: ``requeue_wait_s`` in a requeued Slurm job, else ``wait_s``."""
+        try:
+            requeued = int(environ.get("SLURM_RESTART_COUNT", "0")) > 0
+        except ValueError:
+            requeued = False
+        return max(self.wait_s, self.requeue_wait_s) if requeued else self.wait_s
+
+
+class RunDirLocked(RuntimeError):
+    """Another process holds the run dir (the message names it: pid, host, start time, last heartbeat)."""
+
+    label = "run dir in use"
+
+    def __init__(self, run_dir: Path, holder: dict[str, Any] | None, waited_s: float):
+        self.run_dir, self.holder = run_dir, holder
+        waited = f" (waited {waited_s:.0f} s)" if waited_s >= 1 else ""
+        super().__init__(f"{run_dir} is held by {describe(holder)}{waited}; nothing in it was touched. Wait for "
+                         "that run to end or stop it, or pass lock.wait_s=SECONDS to wait for it")
+
+
+class LockUnsupported(OSError):
+    """The run dir's filesystem refuses file locks."""
+
+    label = "run dir lock"
+
+
+def describe(holder: dict[str, Any] | None, now: float | None = None) -> str:
+    """``pid 123 on host node7 since 2026-12-02 16:30:01, last heartbeat 4 s ago`` (or what is known of it)."""
+    if not holder:
+        return "another process (its record is unreadable or not yet written)"
+    now = time.time() if now is None else now
+    beat = holder.get("beat")
+    ago = f", last heartbeat {max(0.0, now - beat):.0f} s ago" if isinstance(beat, (int, float)) else ""
+    return f"pid {holder.get('pid')} on host {holder.get('host')} since {holder.get('started')}{ago}"
+
+
+def _boot_id() -> str | None:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _pid_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux): tells a live holder from a reused pid."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive_here(holder: dict[str, Any]) -> bool:
+    """Whether a record written on this host (and this boot) belongs to a process that still runs."""
+    pid = holder.get("pid")
+    if not isinstance(pid, int) or pid == os.getpid() or holder.get("boot_id") != _boot_id():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return holder.get("pid_start") in (None, _pid_start(pid))
+
+
+def _read(fd: int) -> dict[str, Any] | None:
+    """The record in the lock file (None: empty, or unreadable -- e.g. read while its holder rewrote it)."""
+    try:
+        raw = os.pread(fd, RECORD_BYTES, 0).rstrip(b"\0 \n")
+        data = json.loads(raw) if raw else None
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write(fd: int, record: dict[str, Any]) -> None:
+    """Rewrite the record in place, padded to :data:`RECORD_BYTES` (its free-text fields are cut to fit)."""
+    data = json.dumps(record, default=str).encode()
+    if len(data) > RECORD_BYTES - 1:
+        short = {**record, "argv": str(record.get("argv"))[:300]}
+        if isinstance(record.get("deferred"), dict):
+            short["deferred"] = {**record["deferred"], "error": str(record["deferred"].get("error"))[:1500]}
+        data = json.dumps(short, default=str).encode()
+    os.pwrite(fd, data + b" " * max(0, RECORD_BYTES - 1 - len(data)) + b"\n", 0)
+
+
+class RunDirLock:
+    """The lock on one run dir, held by this process from :meth:`acquire` to :meth:`release`.
+
+    ``previous`` is the record the last holder left (read before this one replaced it); ``deferred`` holds the
+    run.json fields an attempt could not write (its disk was full), kept here until a start records them.
+    """
+
+    def __init__(self, run_dir: str | Path, *, wait_s: float = 0.0, heartbeat_s: float = HEARTBEAT_S,
+                 stale_s: float = STALE_S, poll_s: float = POLL_S):
+        self.run_dir = Path(run_dir)
+        self.path = self.run_dir / LOCK_NAME
+        self.wait_s, self.heartbeat_s, self.stale_s, self.poll_s = wait_s, heartbeat_s, stale_s, poll_s
+        self.previous: dict[str, Any] | None = None
+        self.record: dict[str, Any] = {}
+        self._fd: int | None = None
+        self._stop = threading.Event()
+        self._beats: threading.Thread | None = None
+        self._io = threading.Lock()  # the heartbeat thread and the main thread rewrite the same record
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def takeover(self) -> str | None:
+        """What this lock took over from a holder that died without releasing it (None: a clean hand-over)."""
+        if self.previous is None or self.previous.get("state") != "held":
+            return None
+        return f"{self.path}: taken over from {describe(self.previous)}, which ended without releasing it"
+
+    def acquire(self) -> RunDirLock:
+        """Take the lock, waiting up to ``wait_s`` for a holder to end; raises :class:`RunDirLocked` after that.
+
+        Creates the run dir (and nothing else in it but ``gdro.lock``) if it does not exist.
+        """
+        check_creatable(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        with named_io(self.path):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self.previous = self._wait_for_lock(fd)
+            self._fd = fd
+            self.record = self._new_record()
+            if self.previous is not None and self.previous.get("deferred"):
+                self.record["deferred"] = self.previous["deferred"]  # until a start records it in run.json
+            self._update()
+        except BaseException:
+            self._fd = None
+            os.close(fd)  # drops the kernel lock if we had it
+            raise
+        self._beats = threading.Thread(target=self._beat, name="gdro-lock-heartbeat", daemon=True)
+        self._beats.start()
+        return self
+
+    def _wait_for_lock(self, fd: int) -> dict[str, Any] | None:
+        """Poll for the kernel lock (and a heartbeat-free record) until ``wait_s`` runs out; the record found."""
+        t0 = time.monotonic()
+        while True:
+            holder = None
+            if self._try_lock(fd):
+                found = _read(fd)
+                if not self._live_elsewhere(found):
+                    return found
+                holder = found
+                fcntl_unlock(fd)
+            waited = time.monotonic() - t0
+            if waited >= self.wait_s:
+                raise RunDirLocked(self.run_dir, holder or _read(fd), waited)
+            time.sleep(min(self.poll_s, self.wait_s - waited))
+
+    def _try_lock(self, fd: int) -> bool:
+        import fcntl
+
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as err:
+            if err.errno in (errno.EAGAIN, errno.EACCES):
+                return False
+            if err.errno in _UNSUPPORTED:
+                raise LockUnsupported(err.errno, f"the filesystem refuses file locks ({os.strerror(err.errno)}); "
+                                                 "put the run dir on one that supports them (README: Checkpoints "
+                                                 "and resume)", str(self.path)) from err
+            raise named(err, self.path) from err
+        return True
+
+    def _live_elsewhere(self, found: dict[str, Any] | None) -> bool:
+        """A record that was never released and whose holder may still run although the kernel lock was free:
+        on this host a live pid (a filesystem ignoring locks), on another a beat younger than ``stale_s``."""
+        if not found or found.get("state") != "held":
+            return False
+        if found.get("host") == socket.gethostname():
+            return _alive_here(found)
+        beat = found.get("beat")
+        return isinstance(beat, (int, float)) and time.time() - beat < self.stale_s
+
+    def _new_record(self) -> dict[str, Any]:
+        pid = os.getpid()
+        return {"state": "held", "pid": pid, "host": socket.gethostname(), "boot_id": _boot_id(),
+                "pid_start": _pid_start(pid), "started": datetime.now().astimezone().isoformat(timespec="seconds"),
+                "beat": time.time(), "argv": " ".join(sys.argv)}
+
+    def _update(self, **fields: Any) -> None:
+        """Set ``fields`` in the record and rewrite it (the heartbeat thread does the same: one at a time)."""
+        with self._io:
+            self.record.update(fields)
+            if self._fd is not None:
+                with named_io(self.path):
+                    _write(self._fd, self.record)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                self._update(beat=time.time())
+            except OSError as err:  # a vanished or unreachable dir: the kernel lock still holds; say it once
+                log.warning("%s: heartbeat not written (%s)", self.path, err)
+                return
+
+    @property
+    def deferred(self) -> dict[str, Any] | None:
+        """run.json fields an earlier attempt could not write (a full disk), carried until a start records them."""
+        return self.record.get("deferred")
+
+    def defer(self, fields: dict[str, Any]) -> None:
+        """Keep run.json ``fields`` that the disk refused (rewritten in place: needs no new block) for the next
+        start, which records them (gdro.build)."""
+        try:
+            self._update(deferred={**fields, "at": datetime.now().astimezone().isoformat(timespec="seconds")})
+        except OSError as err:
+            log.warning("%s: could not keep the run's end for the next start either (%s)", self.path, err)
+
+    def settle(self) -> None:
+        """The deferred fields are in run.json now."""
+        if self.deferred is not None:
+            self._update(deferred=None)
+
+    def release(self) -> None:
+        """Mark the record released and drop the lock (the file stays: it holds how the last run ended)."""
+        if self._fd is None:
+            return
+        self._stop.set()
+        if self._beats is not None:
+            self._beats.join(timeout=5)
+        try:
+            self._update(state="released")
+        except OSError as err:
+            log.warning("%s: release not recorded (%s)", self.path, err)
+        with self._io:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing drops the kernel lock
+
+
+def fcntl_unlock(fd: int) -> None:
+    import fcntl
+
+    fcntl.lockf(fd, fcntl.LOCK_UN)
+
+
+# A process may hold a dir only once (see the module docstring): the locks it holds, by resolved path, with a count.
+_HELD: dict[Path, tuple[RunDirLock, int]] = {}
+
+
+def held(run_dir: str | Path) -> RunDirLock | None:
+    """The lock this process holds on ``run_dir``, if any."""
+    entry = _HELD.get(Path(run_dir).resolve())
+    return entry[0] if entry else None
+
+
+@contextlib.contextmanager
+def hold(run_dir: str | Path, cfg: LockConfig | None = None) -> Iterator[RunDirLock]:
+    """Hold ``run_dir``'s lock for the body (re-entered if this process holds it already)."""
+    key = Path(run_dir).resolve()
+    if key in _HELD:
+        lock, n = _HELD[key]
+        _HELD[key] = (lock, n + 1)
+    else:
+        lock = RunDirLock(key, wait_s=(cfg or LockConfig()).wait()).acquire()
+        _HELD[key] = (lock, 1)
+    try:
+        yield lock
+    finally:
+        lock, n = _HELD[key]
+        if n > 1:
+            _HELD[key] = (lock, n - 1)
+        else:
+            del _HELD[key]
+            lock.release()

@@ -1,0 +1,165 @@
+"""The run-dir lock (gdro.rundir) against real processes: a holder in another process, killed or alive, waited for;
+and a start of gdro-train or gdro-eval on a held or uncreatable dir refused in one line before anything is touched.
+
+The holders are small Python processes that import only gdro.rundir (no torch): the lock is a kernel lock between
+processes, so a second holder in the test's own process would prove nothing (POSIX locks do not conflict within one
+process, which is why gdro.rundir.hold re-enters)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gdro import cli, evaluator, ioerrors, rundir
+from gdro.rundir import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
+from tests.conftest import REPO
+
+HOLDER = """
+import sys, time
+from gdro.rundir import RunDirLock
+lock = RunDirLock(sys.argv[1], heartbeat_s=0.2).acquire()
+if len(sys.argv) > 3:
+    lock.defer({"status": "failed", "error": sys.argv[3]})
+print("held", flush=True)
+time.sleep(float(sys.argv[2]))
+lock.release()
+"""
+
+
+def _holder(run_dir: Path, seconds: float, *extra: str) -> subprocess.Popen:
+    """A process that holds ``run_dir`` for ``seconds`` (returns once it holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), str(seconds), *extra], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def _refused(run_dir: Path) -> bool:
+    """Whether another process (a fresh one) is refused the lock now."""
+    code = f"from gdro.rundir import RunDirLock\nRunDirLock({str(run_dir)!r}).acquire()"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
+                         capture_output=True, text=True, timeout=60, check=False)
+    return "RunDirLocked" in out.stderr
+
+
+def test_a_held_dir_is_refused_naming_the_holder_and_taken_after_it_ends(tmp_path):
+    proc = _holder(tmp_path, 0.5)
+    with pytest.raises(RunDirLocked) as err:
+        RunDirLock(tmp_path).acquire()
+    msg = str(err.value)
+    assert f"pid {proc.pid} on host {socket.gethostname()} since " in msg and "last heartbeat" in msg
+    assert "\n" not in msg
+    lock = RunDirLock(tmp_path, wait_s=60).acquire()  # waits for the holder to release (bounded)
+    assert proc.wait(timeout=60) == 0
+    assert lock.previous["state"] == "released" and lock.previous["pid"] == proc.pid
+    lock.release()
+
+
+def test_a_bounded_wait_refuses_when_the_holder_outlives_it(tmp_path):
+    proc = _holder(tmp_path, 60)
+    try:
+        with pytest.raises(RunDirLocked, match=f"held by pid {proc.pid} "):
+            RunDirLock(tmp_path, wait_s=0.3, poll_s=0.1).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_killed_holder_is_taken_over_with_what_it_deferred(tmp_path):
+    proc = _holder(tmp_path, 60, "OSError: [Errno 28] No space left on device: 'metrics.jsonl'")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    lock = RunDirLock(tmp_path).acquire()  # the kernel dropped the dead holder's lock: no waiting, no guessing
+    assert lock.previous["state"] == "held" and lock.previous["pid"] == proc.pid  # it never released
+    assert f"taken over from pid {proc.pid} on host " in lock.takeover()
+    assert "No space left" in lock.deferred["error"]  # carried until a start records it in run.json
+    lock.settle()
+    assert lock.deferred is None
+    lock.release()
+
+
+def test_a_live_heartbeat_from_another_host_holds_the_dir_and_a_stale_one_does_not(tmp_path):
+    """A filesystem whose locks are node-local gives the kernel lock to a second node: the record's heartbeat
+    still says the first holder is alive."""
+    def record(beat_age: float) -> None:
+        rec = {"state": "held", "pid": 1, "host": "another-node", "started": "then", "beat": time.time() - beat_age}
+        (tmp_path / LOCK_NAME).write_text(json.dumps(rec).ljust(rundir.RECORD_BYTES - 1) + "\n")
+
+    record(beat_age=5)
+    with pytest.raises(RunDirLocked, match="pid 1 on host another-node since then, last heartbeat 5 s ago"):
+        RunDirLock(tmp_path, stale_s=90).acquire()
+    record(beat_age=200)
+    lock = RunDirLock(tmp_path, stale_s=90).acquire()
+    assert lock.previous["host"] == "another-node"
+    lock.release()
+
+
+def test_hold_re_enters_in_one_process_without_dropping_the_lock(tmp_path):
+    with hold(tmp_path) as outer:
+        with hold(tmp_path / ".") as inner:
+            assert inner is outer and rundir.held(tmp_path) is outer
+        assert _refused(tmp_path), "leaving the inner hold must not drop the process's lock"
+    assert rundir.held(tmp_path) is None and not _refused(tmp_path)
+
+
+def test_a_requeued_slurm_job_waits_longer():
+    cfg = LockConfig(wait_s=0, requeue_wait_s=300)
+    assert cfg.wait({}) == 0 and cfg.wait({"SLURM_RESTART_COUNT": "0"}) == 0
+    assert cfg.wait({"SLURM_RESTART_COUNT": "1"}) == 300
+    assert LockConfig(wait_s=600, requeue_wait_s=300).wait({"SLURM_RESTART_COUNT": "2"}) == 600
+
+
+def test_an_uncreatable_run_dir_is_named(tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NotADirectoryError) as err:
+        ioerrors.check_creatable(tmp_path / "file" / "run")
+    assert err.value.filename == str(tmp_path / "file")
+    assert ioerrors.one_line(err.value) == f"Not a directory (ENOTDIR): {tmp_path / 'file'}"
+
+
+# ------------------------------------------------------------------------------- the entry points on held dirs
+QUIET = ["logger=jsonl", "progress=false"]
+
+
+def _lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if line.strip()]
+
+
+def test_gdro_train_on_a_held_dir_refuses_in_one_line_and_touches_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_dir = tmp_path / "run"
+    proc = _holder(run_dir, 60)
+    (run_dir / "run.json").write_text('{"status": "running"}')
+    before = sorted(p.name for p in run_dir.iterdir())
+    try:
+        monkeypatch.setattr(sys, "argv", ["gdro-train", *QUIET, f"hydra.run.dir={run_dir}"])
+        with pytest.raises(SystemExit) as exit_:
+            cli.train()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert exit_.value.code == cli.EXIT_IN_USE
+    lines = _lines(capsys.readouterr().err)
+    assert len(lines) == 1 and lines[0].startswith(f"run dir in use: {run_dir} is held by pid {proc.pid} on host ")
+    assert sorted(p.name for p in run_dir.iterdir()) == before  # not even Hydra's .hydra/ or its log
+    assert (run_dir / "run.json").read_text() == '{"status": "running"}'
+
+
+def test_gdro_train_and_eval_name_an_uncreatable_run_dir_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    (tmp_path / "file").write_text("x")
+    for main, argv in ((cli.train, ["gdro-train", *QUIET]), (evaluator.main, ["gdro-eval"])):
+        for run_dir in (tmp_path / "file", tmp_path / "file" / "run"):
+            monkeypatch.setattr(sys, "argv", [*argv, f"hydra.run.dir={run_dir}"])
+            with pytest.raises(SystemExit) as exit_:
+                main()
+            assert exit_.value.code == cli.EXIT_IO_ERROR
+            assert _lines(capsys.readouterr().err) == [f"error: Not a directory (ENOTDIR): {tmp_path / 'file'}"]
