@@ -70,7 +70,8 @@ def train() -> None:
     writes its ``.hydra/`` files and log into it; any other is checked for being creatable, then locked in the job.
     """
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
-    cfg = precheck(sys.argv[1:], "train", _check_train)
+    cfg = precheck(sys.argv[1:], "train", _check_train)  # every job checked with the overrides as written
+    sys.argv[1:] = sweep_safe(sys.argv[1:], "train")
     _join_processes()
     try:
         with user_errors(), _planned_run_dir_lock(cfg):
@@ -263,6 +264,53 @@ def _sweep_jobs(overrides: list[str]) -> list[list[str]] | None:
     for i, values in enumerate(choices):
         jobs += [[*first[:i], v, *first[i + 1:]] for v in values[1:]]
     return jobs[:MAX_PRECHECKED_JOBS]
+
+
+def sweep_safe(argv: list[str], config_name: str) -> list[str]:
+    """``argv`` with the value overrides a sweep's shared config cannot take written ``++key=value``.
+
+    For ``-m`` Hydra first composes one config for the whole sweep *without* the swept values: with
+    ``-m experiment=paper,paper-prompt-gdro data.data_files=X`` that config still has ``data=copy``, which has no
+    ``data_files``, and Hydra stops with "Key 'data_files' is not in struct" before any job, although every job
+    (``experiment=paper`` selects ``data=dapo``) has the key. ``++`` adds the key there and overrides it in each
+    job exactly as the plain override would; each job is still checked with the plain override by :func:`precheck`,
+    so a mistyped key is reported as before. Only dotted keys missing from that shared config are rewritten.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    args, unknown = get_args_parser().parse_known_args(argv)
+    if unknown or not args.multirun or args.config_path or args.config_dir or args.config_name:
+        return argv
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(args.overrides))
+    except HydraException:
+        return argv
+    shared = [str(o.input_line) for o in parsed if not o.is_sweep_override()]
+    plain = {str(o.input_line): o.get_key_element() for o in parsed
+             if not o.is_sweep_override() and "." in o.get_key_element() and not o.get_key_element().startswith(
+                 ("hydra.", "+", "~")) and str(o.input_line)[:1] not in "+~"}
+
+    def compose_shared(overrides: list[str]) -> DictConfig | None:
+        try:
+            with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="cli"):
+                return compose(config_name=config_name, overrides=overrides)
+        except (HydraException, OmegaConfBaseException):
+            return None
+
+    if not plain or compose_shared(shared) is not None:
+        return argv
+    base = compose_shared([o for o in shared if o not in plain])
+    if base is None:
+        return argv  # something else is wrong: precheck names it
+    missing = {line for line, key in plain.items() if OmegaConf.select(base, key, default=_MISSING) is _MISSING}
+    return [f"++{a}" if a in missing else a for a in argv]
+
+
+_MISSING = object()
 
 
 def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], object]) -> DictConfig | None:

@@ -165,7 +165,7 @@ def phase_checks(args, out: Path) -> list[str]:
 def train_cmd(args, engine: str, procs: int, sweep: Path) -> tuple[list[str], dict[str, str]]:
     py = args.vllm_python if engine == "vllm" else sys.executable
     launch = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)] if procs > 1 else [py]
-    cmd = [*launch, "-m", "gdro.cli", "-m", PRESETS, "data=dapo", f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
+    cmd = [*launch, "-m", "gdro.cli", "-m", PRESETS, f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
            f"data.data_files={args.realdata / 'dapo_math_processed_sample.jsonl'}",
            f"data.test_data_files={args.realdata / 'math500.jsonl'}", f"steps={args.steps}",
            f"prompts_per_step={args.prompts}", "rollouts_per_prompt=4", "dist.shards=2", "eval.every=0",
