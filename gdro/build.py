@@ -10,7 +10,6 @@ import copy
 import dataclasses
 import json
 import logging
-import os
 import platform
 import uuid
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
+from gdro.policy import Forward
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, field_default, node_schema, validate_config
@@ -154,17 +154,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         torch.set_num_threads(run.threads)
     torch.manual_seed(run.seed)
     distributed.export_job_environment()  # a submitit job of several tasks: one process per task
-    device = resolve_device(run.device)
-    if distributed.env_world_size() > 1 and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    device = distributed.place(resolve_device(run.device))
     try:
-        dist = distributed.init(comp["dist"], device)
+        dist = distributed.init(comp["dist"], device, run.prompts_per_step)
     except ValueError as err:
         raise ConfigError(str(err)) from err
-    if dist.shards > run.prompts_per_step:
-        raise ConfigError(f"dist.shards={dist.shards}: more shards than prompts_per_step={run.prompts_per_step}")
     spec, task, loss_cfg, eng_cfg = comp["model"], comp["data"], comp["loss"], comp["rollout"]
     try:
         check_engine_config(eng_cfg)
@@ -174,9 +168,11 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     resolved = OmegaConf.to_container(cfg, resolve=True)
     resume = resume_point(run, run_dir, resolved, cfg)
     ckpt, ckpt_meta = resume if resume is not None else (None, None)
-    if ckpt_meta is not None and int(ckpt_meta.get("world_size", 1)) != dist.world:
-        raise ConfigError(f"cannot resume {ckpt}: it was written by {ckpt_meta.get('world_size', 1)} process(es); "
-                          f"resume it with the same number (this run has {dist.world})")
+    if ckpt_meta is not None:
+        try:
+            dist.check_resume(int(ckpt_meta.get("world_size", 1)), ckpt)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
 
     # data before the model: a missing dataset or a bad file fails in seconds, naming it
     try:
@@ -221,28 +217,20 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     ref_model = None
     if loss_cfg.beta_kl > 0:  # frozen: kept in the compute dtype (bf16 at the paper's scale), like the engine
         ref_model = copy.deepcopy(policy).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
-    if dist.active:
-        # each process's engine samples its own prompts, refreshed from the full weights after every update: vLLM
-        # holds its own weights; the HF engine gets an unsharded copy (a sharded model's forwards are collectives)
-        from gdro.rollout.vllm import VLLMEngineConfig
-
-        own = policy if isinstance(eng_cfg, VLLMEngineConfig) else copy.deepcopy(policy).eval().requires_grad_(False)
-        engine = make_engine(eng_cfg, own, tokenizer, spec)
-        policy = distributed.shard_fsdp(policy, dist, comp["dist"])
-    else:
-        engine = make_engine(eng_cfg, policy, tokenizer, spec)
-    if dist.main:
-        logger = RunLogger(
-            run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
-            truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
-        )
-    else:
-        logger = distributed.SilentLogger(run_dir)
+    # each process's engine samples its own prompts; across processes it is refreshed from the full weights
+    engine = make_engine(eng_cfg, policy, tokenizer, spec, policy_sharded=dist.shards_model)
+    policy = dist.shard(policy, comp["dist"])
+    logger = dist.main_only(lambda: RunLogger(
+        run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
+        truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
+    ), default=distributed.SilentLogger(run_dir))
+    train_sampling = eng_cfg.sampling(spec.max_new_tokens)
+    forward = Forward.bind(comp["optim"], pad_id=engine.pad_id, temperature=train_sampling.temperature, dist=dist)
     return Trainer(
         run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],
         sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"],
         train_problems=train_problems, test_problems=test_problems,
         loss_cfg=loss_cfg, optim_cfg=comp["optim"], eval_cfg=comp["eval"],
-        train_sampling=eng_cfg.sampling(spec.max_new_tokens), logger=logger, run_dir=run_dir, ref_model=ref_model,
-        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved, dist=dist,
+        train_sampling=train_sampling, logger=logger, run_dir=run_dir, forward=forward, ref_model=ref_model,
+        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved,
     )

@@ -186,10 +186,10 @@ class RolloutAllocator(Stateful, Protocol):
     def bind(self, bins: BinSpec) -> None: ...
 
     def check_budget(self, n_bar: int) -> None:
-        """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked before a run)."""
+        """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked once, before a run)."""
 
-    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
-        """(G,) rollouts for prompts in ``bins`` (G,), summing to ``budget`` exactly."""
+    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+        """(G,) rollouts for prompts in ``bins`` (G,), summing to the step's budget ``n_bar × G`` exactly."""
 
     def update(self, feedback: StepFeedback) -> None: ...
 
