@@ -30,7 +30,6 @@ import torch
 from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
 from gdro.loss import LossConfig
-from gdro.models import build_tokenizer
 from gdro.policy import (
     LOGITS_CHUNK_ELEMENTS,
     Forward,
@@ -39,8 +38,10 @@ from gdro.policy import (
     micro_batches,
     ppo_update,
 )
+from gdro.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
-from gdro.rollout.hf import HFGenerator, encode_prompts
+from gdro.rollout.hf import HFGenerator
+from gdro.tiny import build_tokenizer
 
 QWEN3_VOCAB = 151_936
 GIB = 2**30
