@@ -215,7 +215,7 @@ class Dist:
         return pg, kl, totals
 
     # -- the model and its state --------------------------------------------------------------------------------
-    def shard(self, model: torch.nn.Module, cfg: DistConfig) -> torch.nn.Module:
+    def shard(self, model: torch.nn.Module) -> torch.nn.Module:
         """The policy as this strategy trains it (one process: as it is)."""
         return model
 
@@ -250,9 +250,9 @@ class Dist:
 class ProcessGroupDist(Dist):
     """Several processes (``torchrun``): collectives over the default process group, the policy under FSDP2."""
 
-    def __init__(self, rank: int, world: int, shards: int, mesh: Any) -> None:
+    def __init__(self, rank: int, world: int, shards: int, mesh: Any, cfg: DistConfig) -> None:
         super().__init__(shards)
-        self.rank, self.world, self.mesh = rank, world, mesh
+        self.rank, self.world, self.mesh, self.cfg = rank, world, mesh, cfg
         self.shards_model = True
         self.grad_scale = float(world)  # FSDP averages gradients; the loss is normalised by the whole batch
 
@@ -318,8 +318,8 @@ class ProcessGroupDist(Dist):
         summed = self.sum_array(np.asarray([totals.get(k, 0.0) for k in keys]))
         return self.sum_array(pg), self.sum_array(kl), dict(zip(keys, (float(v) for v in summed)))
 
-    def shard(self, model: torch.nn.Module, cfg: DistConfig) -> torch.nn.Module:
-        return shard_fsdp(model, self, cfg)
+    def shard(self, model: torch.nn.Module) -> torch.nn.Module:
+        return shard_fsdp(model, self, self.cfg)
 
     def full_state_dict(self, model: torch.nn.Module, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
         """A collective: every process must call it (rank0_only: on rank 0 in host memory, empty elsewhere)."""
@@ -379,7 +379,7 @@ def init(cfg: DistConfig, device: torch.device, prompts_per_step: int) -> Dist:
     from torch.distributed.device_mesh import init_device_mesh
 
     mesh = init_device_mesh(device.type, (world,))
-    return ProcessGroupDist(rank=torch.distributed.get_rank(), world=world, shards=shards, mesh=mesh)
+    return ProcessGroupDist(rank=torch.distributed.get_rank(), world=world, shards=shards, mesh=mesh, cfg=cfg)
 
 
 def shard_groups(n: Sequence[int], shards: int) -> list[np.ndarray]:

@@ -8,9 +8,9 @@ place (:meth:`StepFeedback.signal`). What a controller may know about the prompt
 The records every floor shares live here too: a :class:`Problem` (a prompt and its gold) and a :class:`RewardBatch`
 (the verdicts on a batch of completions).
 
-The Protocols are structural (``typing.Protocol``): a new sampler, allocator, classifier, reward or logger needs
-no base class, only these methods; ``tests/test_protocols.py`` checks every ``_target_`` in ``conf/`` against its
-group's Protocol. See ``docs/extending.md``.
+The Protocols are structural (``typing.Protocol``): a new sampler, allocator, classifier, dataset, reward or logger
+needs no base class, only these methods; ``tests/test_protocols.py`` checks every ``_target_`` in ``conf/`` against
+its group's Protocol. See ``docs/extending.md``.
 """
 
 from __future__ import annotations
@@ -218,6 +218,15 @@ class RolloutAllocator(Stateful, Protocol):
     def update(self, feedback: StepFeedback) -> None: ...
 
     def metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ProblemSource(Protocol):
+    """A dataset option (conf/data/*.yaml): its training problems and its held-out ones (periodic evaluation)."""
+
+    def train(self) -> list[Problem]: ...
+
+    def test(self) -> list[Problem]: ...
 
 
 @runtime_checkable

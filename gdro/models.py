@@ -120,6 +120,14 @@ def resolve_device(setting: str | torch.device) -> torch.device:
     return torch.device(s)
 
 
+def check_placement(threads: int | None, device: str) -> None:
+    """The ``threads`` and ``device`` settings every entry point takes, checked one way: threads >= 1 or null, and
+    a device this machine has (:func:`resolve_device`). Raises ValueError (or TypeError) naming the key."""
+    if threads is not None and threads < 1:
+        raise ValueError(f"threads must be >= 1 or null, got {threads}")
+    resolve_device(device)
+
+
 def resolve_path(name_or_path: str) -> str:
     """``"tiny"`` → the shipped checkpoint directory; ``"qwen3-rehearsal"`` → the rehearsal model (Qwen3's
     architecture, vocabulary and real tokenizer, random weights; built once on first use, :mod:`gdro.qwen3`);

@@ -87,12 +87,10 @@ class RunConfig:
             raise ValueError(f"rollouts_per_prompt must be >= 1, got {self.rollouts_per_prompt}")
         if self.label is not None and not (isinstance(self.label, str) and self.label.strip()):
             raise ValueError(f"label must be a non-empty name or null, got {self.label!r}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         # a bad or unavailable device fails here, before any model loads
-        from gdro.models import resolve_device
+        from gdro.models import check_placement
 
-        resolve_device(self.device)
+        check_placement(self.threads, self.device)
 
 
 def derive_seed(seed: int, *keys: int) -> int:

@@ -1,6 +1,7 @@
 """The policy side of a GRPO step (paper Eq. 4–7), one job per file:
 
-- ``update``: :func:`ppo_update` — epochs, mini-batches, gradient accumulation, clipping; :class:`OptimConfig`;
+- ``update``: :func:`ppo_update` — epochs, mini-batches, gradient accumulation, clipping;
+- ``config``: :class:`OptimConfig` — the optimiser, the schedule and the forward switches (conf/optim);
 - ``forward``: :class:`Forward` — how the forwards run, bound once: its :meth:`~Forward.plan` and log-probs;
 - ``layouts``: one sequence per row, and the shared-prompt KV cache; ``packing``: each group one packed span;
 - ``kernels``: the float32 log-softmax, chunked at a large vocabulary, and the ending every layout shares;
@@ -8,6 +9,7 @@
 """
 
 from gdro.models import autocast_context
+from gdro.policy.config import OptimConfig
 from gdro.policy.forward import Forward, Plan
 from gdro.policy.kernels import (
     LOGITS_CHUNK_ELEMENTS,
@@ -35,7 +37,7 @@ from gdro.policy.packing import (
     packable,
     packed_logprobs,
 )
-from gdro.policy.update import OptimConfig, ResponseLosses, ppo_update
+from gdro.policy.update import ResponseLosses, ppo_update
 
 __all__ = [
     "LOGITS_CHUNK_ELEMENTS", "PACK_ATTENTION", "PACK_MASK_ELEMENTS", "SPLIT_HEAD_MODEL_TYPES", "Forward",

@@ -9,12 +9,12 @@ branches on a layout or on the number of processes; a new speed path is one more
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from gdro.distributed import Dist, in_root, is_sharded
+from gdro.policy.config import OptimConfig
 from gdro.policy.layouts import (
     caches_dropped,
     completion_logprobs,
@@ -25,9 +25,6 @@ from gdro.policy.layouts import (
 from gdro.policy.microbatch import group_micro_batches, micro_batches
 from gdro.policy.packing import PACK_MASK_ELEMENTS, make_packed_batch, packable, packed_logprobs
 from gdro.rollout.base import RolloutBatch
-
-if TYPE_CHECKING:
-    from gdro.policy.update import OptimConfig
 
 
 @dataclass(frozen=True)
