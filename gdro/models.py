@@ -15,6 +15,8 @@ from pathlib import Path
 
 import torch
 
+from gdro.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
+
 TINY_DIR = Path(__file__).parent / "assets" / "tiny-copy"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

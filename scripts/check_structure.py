@@ -25,11 +25,11 @@ FLOORS = {
     0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate"],  # records, contracts, math
     1: ["difficulty", "samplers", "allocators", "oracle"],  # stateful controllers
     2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint"],  # I/O without a model
-    3: ["models", "tiny", "rollout", "evaluation"],  # models and rollout engines
+    3: ["models", "tiny", "qwen3", "rollout", "evaluation"],  # models and rollout engines
     4: ["distributed", "policy"],  # the execution layer: how a step runs
     5: ["trainer"],  # the loop
     6: ["build"],  # the composition root
-    7: ["cli", "evaluator", "report", "rescore"],  # entry points
+    7: ["cli", "evaluator", "report", "rescore", "paper_table"],  # entry points
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 
