@@ -6,8 +6,8 @@
 - ``SqrtAllocator``: the square-root (Neyman) law of Theorem 4.2, n_b ∝ √v_b, with v_b estimated online.
 
 All allocate from the *current* batch's bins (classified before generation) and spend the step's budget
-exactly: Σ_b count_b · n_b = budget, the trainer's ``prompts_per_step × rollouts_per_prompt`` (n̄ = budget / #prompts,
-passed with every call — the allocators hold no copy of it).
+exactly: Σ_b count_b · n_b = n̄ · #prompts, the budget each derives from the mean n̄ (``rollouts_per_prompt``) passed
+with every call. n̄ is checked once, before a run (``check_budget``), not at every step.
 """
 
 from __future__ import annotations
@@ -22,18 +22,8 @@ from gdro.budget import check_budget_feasible, exact_budget_select, sqrt_allocat
 from gdro.interfaces import SIGNALS, BinSpec, StepFeedback
 
 
-def mean_budget(bins: np.ndarray, budget: int) -> int:
-    """n̄ = budget / #prompts, which must be a whole number of rollouts per prompt."""
-    g = len(bins)
-    if g < 1:
-        raise ValueError("a step needs at least one prompt")
-    if budget % g:
-        raise ValueError(f"budget={budget} is not a whole number of rollouts per prompt for {g} prompts")
-    return budget // g
-
-
 class FixedAllocator:
-    """Every prompt gets n̄ = budget / #prompts rollouts (GRPO's group size)."""
+    """Every prompt gets n̄ rollouts (GRPO's group size)."""
 
     def bind(self, bins: BinSpec) -> None:
         """A fixed allocation reports no per-bin metrics."""
@@ -42,10 +32,8 @@ class FixedAllocator:
         if n_bar < 1:
             raise ValueError(f"the mean budget must be >= 1 rollout per prompt, got {n_bar}")
 
-    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
+    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
         """Per-prompt rollout counts for a step's prompts (``bins``: their difficulty bins, unused here)."""
-        n_bar = mean_budget(bins, budget)
-        self.check_budget(n_bar)
         return np.full(len(bins), n_bar, dtype=np.int64)
 
     def update(self, feedback: StepFeedback) -> None:
@@ -67,7 +55,7 @@ class _BinAllocator:
     def __init__(self, n_min: int, n_max: int):
         check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
         self.n_min, self.n_max = int(n_min), int(n_max)
-        self.n_bar = 0  # this step's mean budget, from allocate()
+        self.n_bar = 0  # the mean budget n̄, from allocate()
         self.arms = np.arange(self.n_min, self.n_max + 1, dtype=np.int64)
         self.labels: list[str] = []
         self._last: dict[str, Any] = {}
@@ -76,11 +64,13 @@ class _BinAllocator:
         """n_min ≤ n̄ ≤ n_max (Eq. 19 is then feasible); raised before a run starts."""
         check_budget_feasible(n_bar, self.n_min, self.n_max)
 
-    def _step_budget(self, bins: np.ndarray, budget: int) -> np.ndarray:
+    def _step_budget(self, bins: np.ndarray, n_bar: int) -> tuple[np.ndarray, int]:
+        """The step's bins as a flat array and its budget n̄ · #prompts."""
         bins = np.asarray(bins, dtype=np.int64).reshape(-1)
-        self.n_bar = mean_budget(bins, budget)
-        self.check_budget(self.n_bar)
-        return bins
+        if len(bins) < 1:
+            raise ValueError("a step needs at least one prompt")
+        self.n_bar = int(n_bar)
+        return bins, self.n_bar * len(bins)
 
     def _present(self, bins: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         uniq, inverse, counts = np.unique(np.asarray(bins, dtype=np.int64), return_inverse=True, return_counts=True)
@@ -170,8 +160,8 @@ class RolloutGDRO(_BinAllocator):
             s = np.zeros(len(self.arms))
         return mixed_distribution(s, self.eta, self.gamma)
 
-    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
-        bins = self._step_budget(bins, budget)
+    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+        bins, budget = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         probs = np.stack([self.arm_probs(b) for b in uniq])
         # Eq. 19: maximise the joint arm probability under the exact budget (each bin's log-prob once)
@@ -239,8 +229,8 @@ class SqrtAllocator(_BinAllocator):
         p = self.p.get(int(b))
         return self.v_prior if p is None else p * (1 - p)
 
-    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
-        bins = self._step_budget(bins, budget)
+    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+        bins, _ = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         v = np.array([self.variance(b) for b in uniq])
         n_b = sqrt_allocation(v, counts, self.n_bar, self.n_min, self.n_max)

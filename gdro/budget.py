@@ -92,24 +92,8 @@ def exact_budget_select(
     Raises:
         ValueError: bad shapes/values, or when ``budget`` cannot be met exactly.
     """
-    counts = _int_vector(counts, "counts", minimum=1)
-    arms = _int_vector(arms, "arms", minimum=1)
-    budget = _int_scalar(budget, "budget")
-    if arms.size == 0 or np.any(np.diff(arms) <= 0):
-        raise ValueError(f"arms must be non-empty and strictly increasing, got {arms}")
-    vals = np.asarray(values, dtype=np.float64)
-    n_bins, n_arms = counts.shape[0], arms.shape[0]
-    if vals.shape != (n_bins, n_arms):
-        raise ValueError(f"values must have shape (B, A) = ({n_bins}, {n_arms}), got {vals.shape}")
-    if np.any(np.isnan(vals) | (vals == np.inf)):
-        raise ValueError("values must not contain NaN or +inf (use -inf for forbidden arms)")
-    if prefer is not None:
-        prefer = _int_scalar(prefer, "prefer")
-    if not (np.isfinite(tie_rtol) and tie_rtol >= 0):
-        raise ValueError(f"tie_rtol must be finite and >= 0, got {tie_rtol}")
-    lo, hi = int(counts.sum() * arms[0]), int(counts.sum() * arms[-1])
-    if not lo <= budget <= hi:
-        raise ValueError(f"budget {budget} cannot be met exactly: reachable totals lie in [{lo}, {hi}]")
+    vals, counts, arms, budget, prefer = _select_inputs(values, counts, arms, budget, prefer, tie_rtol)
+    n_bins, n_arms = vals.shape
     if n_bins == 0:
         return np.zeros(0, dtype=np.int64)
 
@@ -139,28 +123,11 @@ def exact_budget_select(
     choice = np.zeros((n_bins, size), dtype=np.int16 if n_arms < 2**15 else np.int64)
     for b in range(n_bins):
         lo_t, hi_t = int(win_lo[b]), int(win_hi[b])
-        width = hi_t - lo_t + 1
-        new_best, new_sec = np.full(size, -np.inf), np.zeros(size, dtype=itype)
-        if width <= 0:
-            best = new_best
+        if hi_t < lo_t:
+            best = np.full(size, -np.inf)
             break
-        cand = np.full((n_arms, width), -np.inf)
-        key = np.full((n_arms, width), big, dtype=itype)
-        for a in range(n_arms):
-            s = int(steps[b, a])
-            start = max(lo_t, s)
-            if start > hi_t or not finite[b, a]:
-                continue
-            cand[a, start - lo_t :] = best[start - s : hi_t + 1 - s] + vals[b, a]
-            key[a, start - lo_t :] = sec[start - s : hi_t + 1 - s] + step_key[a]
-        top = cand.max(axis=0)
-        reach = np.isfinite(top)
-        win = np.where(cand >= (top - tol)[None, :], key, big).min(axis=0)
-        pick = np.where(reach, win % n_arms, 0)
-        choice[b, lo_t : hi_t + 1] = pick
-        new_best[lo_t : hi_t + 1] = np.where(reach, cand[pick, np.arange(width)], -np.inf)
-        new_sec[lo_t : hi_t + 1] = np.where(reach, win - win % n_arms, 0)
-        best, sec = new_best, new_sec
+        best, sec, choice[b, lo_t : hi_t + 1] = _relax(best, sec, (lo_t, hi_t), steps[b], vals[b], finite[b],
+                                                       step_key, tol, big)
     if not np.isfinite(best[target]):
         raise ValueError(f"budget {budget} cannot be met exactly with counts {counts} and the allowed arms")
     out = np.empty(n_bins, dtype=np.int64)
@@ -170,6 +137,55 @@ def exact_budget_select(
         out[b] = arms[a]
         t -= int(steps[b, a])
     return out
+
+
+def _select_inputs(values, counts, arms, budget, prefer, tie_rtol):
+    """:func:`exact_budget_select`'s inputs checked and converted: ``(values, counts, arms, budget, prefer)``."""
+    counts = _int_vector(counts, "counts", minimum=1)
+    arms = _int_vector(arms, "arms", minimum=1)
+    budget = _int_scalar(budget, "budget")
+    if arms.size == 0 or np.any(np.diff(arms) <= 0):
+        raise ValueError(f"arms must be non-empty and strictly increasing, got {arms}")
+    vals = np.asarray(values, dtype=np.float64)
+    n_bins, n_arms = counts.shape[0], arms.shape[0]
+    if vals.shape != (n_bins, n_arms):
+        raise ValueError(f"values must have shape (B, A) = ({n_bins}, {n_arms}), got {vals.shape}")
+    if np.any(np.isnan(vals) | (vals == np.inf)):
+        raise ValueError("values must not contain NaN or +inf (use -inf for forbidden arms)")
+    if prefer is not None:
+        prefer = _int_scalar(prefer, "prefer")
+    if not (np.isfinite(tie_rtol) and tie_rtol >= 0):
+        raise ValueError(f"tie_rtol must be finite and >= 0, got {tie_rtol}")
+    lo, hi = int(counts.sum() * arms[0]), int(counts.sum() * arms[-1])
+    if not lo <= budget <= hi:
+        raise ValueError(f"budget {budget} cannot be met exactly: reachable totals lie in [{lo}, {hi}]")
+    return vals, counts, arms, budget, prefer
+
+
+def _relax(best: np.ndarray, sec: np.ndarray, window: tuple[int, int], steps: np.ndarray, vals: np.ndarray,
+           finite: np.ndarray, step_key: np.ndarray, tol: float, big: int):
+    """One bin of the DP: every reachable total ``t`` in ``window`` takes the best arm (primary value within ``tol``
+    of the top, then the smallest pre-encoded secondary key). Returns the new ``best`` and ``sec`` tables and the
+    arm index picked for each total of the window."""
+    lo_t, hi_t = window
+    width, n_arms, size = hi_t - lo_t + 1, len(steps), len(best)
+    new_best, new_sec = np.full(size, -np.inf), np.zeros(size, dtype=sec.dtype)
+    cand = np.full((n_arms, width), -np.inf)
+    key = np.full((n_arms, width), big, dtype=sec.dtype)
+    for a in range(n_arms):
+        s = int(steps[a])
+        start = max(lo_t, s)
+        if start > hi_t or not finite[a]:
+            continue
+        cand[a, start - lo_t :] = best[start - s : hi_t + 1 - s] + vals[a]
+        key[a, start - lo_t :] = sec[start - s : hi_t + 1 - s] + step_key[a]
+    top = cand.max(axis=0)
+    reach = np.isfinite(top)
+    win = np.where(cand >= (top - tol)[None, :], key, big).min(axis=0)
+    pick = np.where(reach, win % n_arms, 0)
+    new_best[lo_t : hi_t + 1] = np.where(reach, cand[pick, np.arange(width)], -np.inf)
+    new_sec[lo_t : hi_t + 1] = np.where(reach, win - win % n_arms, 0)
+    return new_best, new_sec, pick
 
 
 def check_budget_feasible(n_bar: int, n_min: int, n_max: int) -> None:

@@ -1,7 +1,15 @@
-"""The one place that turns a Hydra ``DictConfig`` into components (each ``_target_`` built by ``gdro.validate``).
+"""The composition root: the one place that turns a Hydra ``DictConfig`` into components (each ``_target_`` built by
+``gdro.validate``) and wires them, in named steps that training and ``gdro-eval`` share:
 
-Everything cheap is built and validated first, so a bad value fails with a message naming its key
-before any model is loaded.
+    build_components   every key and value checked, every component built; nothing loaded
+    place              torch's threads and seed, this process's device
+    load_splits        the tokenizer, and each split's problems that fit model.max_prompt_len
+    open_run_dir       the run dir, run.json and config.yaml (training)
+    make_policy        the model, its frozen reference, its rollout engine, sharded across processes where there are
+    make_logger        metrics.jsonl and W&B (training)
+
+Everything cheap is built and validated first, so a bad value fails with a message naming its key before any model
+is loaded. The execution layer (how a step runs: ``Forward``, the ``Dist`` strategy) is built here and handed in.
 """
 
 from __future__ import annotations
@@ -10,22 +18,44 @@ import copy
 import dataclasses
 import json
 import logging
-import os
 import platform
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gdro import rundir
+from gdro import distributed, rundir
 from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
+from gdro.distributed import Dist
+from gdro.interfaces import Problem
 from gdro.ioerrors import named_io
+from gdro.rundir import LockConfig
+from gdro.policy import Forward
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, field_default, node_schema, validate_config
+
+if TYPE_CHECKING:
+    from gdro.checkpoint import CheckpointConfig
+    from gdro.distributed import DistConfig
+    from gdro.evaluation import EvalConfig
+    from gdro.interfaces import (
+        DifficultyClassifier,
+        MetricLogger,
+        ProblemSource,
+        PromptSampler,
+        Reward,
+        RolloutAllocator,
+    )
+    from gdro.loss import LossConfig
+    from gdro.models import ModelSpec
+    from gdro.policy import OptimConfig
+    from gdro.rollout.base import Generator
+    from gdro.tracking import LoggerConfig
 
 log = logging.getLogger(__name__)
 
@@ -35,13 +65,27 @@ COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML 
 
 @dataclass
 class Components:
-    """Validated, model-free parts of a run."""
+    """Validated, model-free parts of a run: the run settings and each config group's component."""
 
     run: RunConfig
-    parts: dict[str, Any]
+    model: ModelSpec
+    data: ProblemSource
+    classifier: DifficultyClassifier
+    sampler: PromptSampler
+    allocator: RolloutAllocator
+    rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
+    loss: LossConfig
+    optim: OptimConfig
+    reward: Reward
+    eval: EvalConfig
+    logger: LoggerConfig
+    checkpoint: CheckpointConfig
+    dist: DistConfig
+    lock: LockConfig  # the run dir's lock (gdro.rundir): how long a start waits for it
 
     def __getitem__(self, key: str) -> Any:
-        return self.parts[key]
+        """A group's component by the group's name, e.g. ``comp["sampler"]``."""
+        return getattr(self, key)
 
 
 def build_components(cfg: DictConfig) -> Components:
@@ -56,7 +100,18 @@ def build_components(cfg: DictConfig) -> Components:
     except ValueError as err:
         raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
                           f"(allocator {type(parts['allocator']).__name__})") from err
-    return Components(run, parts)
+    check_engine(parts["rollout"])
+    return Components(run, **parts)
+
+
+def check_engine(engine_cfg: Any) -> None:
+    """A rollout config of an engine the factory builds (a ConfigError otherwise); cheap, before any model."""
+    from gdro.rollout import check_engine_config
+
+    try:
+        check_engine_config(engine_cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def run_name(choices: dict[str, str] | None, seed: int) -> str:
@@ -157,68 +212,96 @@ def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> R
     return RunRecord(path, data)
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Trainer:
-    """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer.
+def place(threads: int | None, device: str, *, seed: int | None = None) -> torch.device:
+    """Placing on a device: torch's CPU threads, the seed of its global RNG, and this process's device (under
+    ``torchrun`` or a submitit job of several tasks on CUDA, its own GPU). Every entry point's first step."""
+    from gdro.models import resolve_device
 
-    Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
-    the model loads.
-    """
-    from gdro import distributed
-    from gdro.data.filtering import drop_long_prompts
-    from gdro.models import load_model, load_tokenizer, resolve_device
-    from gdro.rollout import check_engine_config, make_engine
-
-    comp = build_components(cfg)
-    run = comp.run
-    if run.threads is not None:
-        torch.set_num_threads(run.threads)
-    torch.manual_seed(run.seed)
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if seed is not None:
+        torch.manual_seed(seed)
     distributed.export_job_environment()  # a submitit job of several tasks: one process per task
-    device = resolve_device(run.device)
-    if distributed.env_world_size() > 1 and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    try:
-        dist = distributed.init(comp["dist"], device)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
-    if dist.shards > run.prompts_per_step:
-        raise ConfigError(f"dist.shards={dist.shards}: more shards than prompts_per_step={run.prompts_per_step}")
-    spec, task, loss_cfg, eng_cfg = comp["model"], comp["data"], comp["loss"], comp["rollout"]
-    try:
-        check_engine_config(eng_cfg)
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
-    run_dir = Path(run_dir)
-    resolved = OmegaConf.to_container(cfg, resolve=True)
-    resume = resume_point(run, run_dir, resolved, cfg)
-    ckpt, ckpt_meta = resume if resume is not None else (None, None)
-    if ckpt_meta is not None and int(ckpt_meta.get("world_size", 1)) != dist.world:
-        raise ConfigError(f"cannot resume {ckpt}: it was written by {ckpt_meta.get('world_size', 1)} process(es); "
-                          f"resume it with the same number (this run has {dist.world})")
+    return distributed.place(resolve_device(device))
 
-    # data before the model: a missing dataset or a bad file fails in seconds, naming it
+
+def join_processes(cfg: DistConfig, device: torch.device, prompts_per_step: int) -> Dist:
+    """The run's distribution strategy (gdro.distributed): one process, or the process group ``torchrun`` set up."""
     try:
-        train_problems, test_problems = task.train(), task.test()
+        return distributed.init(cfg, device, prompts_per_step)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+
+
+@dataclass
+class Splits:
+    """The problems a run or an evaluation uses, fitted to the model: the tokenizer that counted their prompts, the
+    kept problems of each split, and how many were dropped as longer than ``model.max_prompt_len``."""
+
+    tokenizer: Any
+    problems: dict[str, list[Problem]]
+    dropped: dict[str, int]
+
+
+def load_splits(spec: ModelSpec, splits: Mapping[str, Sequence[Problem]]) -> Splits:
+    """Loading the splits: the model's tokenizer, and each split's problems whose encoded prompt fits
+    ``model.max_prompt_len``. The others are dropped, counted and logged; a split left empty is a ConfigError."""
+    from gdro.data.filtering import drop_long_prompts
+    from gdro.models import load_tokenizer
+
+    tokenizer = load_tokenizer(spec)
+    out = Splits(tokenizer, {}, {})
+    for name, problems in splits.items():
+        out.problems[name], out.dropped[name] = drop_long_prompts(
+            problems, tokenizer, max_prompt_len=spec.max_prompt_len, use_chat_template=spec.use_chat_template)
+        if out.dropped[name]:
+            log.warning("%s: dropped %d prompt(s) longer than model.max_prompt_len=%d tokens",
+                        name, out.dropped[name], spec.max_prompt_len)
+        if not out.problems[name]:
+            raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every prompt of {name} is longer")
+    return out
+
+
+def task_splits(task: ProblemSource) -> dict[str, list[Problem]]:
+    """A dataset option's train and test problems; a missing dataset or a bad file is a ConfigError naming it."""
+    try:
+        return {"train": task.train(), "test": task.test()}
     except (ValueError, OSError) as err:
         raise ConfigError(f"data: {err}") from err
-    tokenizer = load_tokenizer(spec)
-    fit = {"max_prompt_len": spec.max_prompt_len, "use_chat_template": spec.use_chat_template}
-    train_problems, dropped_train = drop_long_prompts(train_problems, tokenizer, **fit)
-    test_problems, dropped_test = drop_long_prompts(test_problems, tokenizer, **fit)
-    for split, dropped, kept in (("train", dropped_train, train_problems), ("test", dropped_test, test_problems)):
-        if dropped:
-            log.warning("%s split: dropped %d prompt(s) longer than model.max_prompt_len=%d tokens",
-                        split, dropped, spec.max_prompt_len)
-        if not kept:
-            raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every {split} prompt is longer")
 
-    if dist.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if ckpt is None:
-            _previous_run_aside(run_dir)
-    meta = {
+
+@dataclass
+class Policy:
+    """The model a run trains (or an evaluation samples from), its tokenizer, its rollout engine and, for a KL term,
+    its frozen reference."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    engine: Generator
+    reference: torch.nn.Module | None = None
+
+
+def make_policy(spec: ModelSpec, engine_cfg: Any, device: torch.device, tokenizer, dist: Dist, *,
+                train: bool = False, reference: bool = False) -> Policy:
+    """Making the policy: the model on ``device`` (``train``: with fp32 master weights where ``spec`` asks), a frozen
+    copy as the reference (in the compute dtype, like the engine), the engine sampling from it, and the model as
+    ``dist`` trains it (sharded across processes; the engine factory then gives an HF engine its own copy)."""
+    from gdro.models import load_model
+    from gdro.rollout import make_engine
+
+    log.info("loading model %s", spec.name_or_path)
+    model, tokenizer = load_model(spec, device=device, tokenizer=tokenizer, train=train)
+    ref = None
+    if reference:
+        ref = copy.deepcopy(model).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
+    engine = make_engine(engine_cfg, model, tokenizer, spec, policy_sharded=dist.shards_model)
+    return Policy(dist.shard(model), tokenizer, engine, ref)
+
+
+def _run_meta(resolved: dict[str, Any], choices: dict[str, str] | None, run: RunConfig, dist: Dist,
+              splits: Splits) -> dict[str, Any]:
+    """What run.json records about this run (and W&B's config)."""
+    return {
         "config": resolved,
         "choices": choices or {},
         "git": git_commit(),
@@ -227,46 +310,74 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         "torch_threads": torch.get_num_threads(),
         "steps": run.steps,
         "world_size": dist.world,  # processes (torchrun); each step's groups are split among them
-        "data": {"train": len(train_problems), "test": len(test_problems),
-                 "dropped_long_prompts": {"train": dropped_train, "test": dropped_test}},
+        "data": {"train": len(splits.problems["train"]), "test": len(splits.problems["test"]),
+                 "dropped_long_prompts": splits.dropped},
     }
-    record = None
-    if dist.main:  # one process writes the run's files
+
+
+def open_run_dir(run_dir: Path, cfg: DictConfig, meta: dict[str, Any], ckpt_meta: dict[str, Any] | None,
+                 dist: Dist) -> RunRecord | None:
+    """Opening the run dir (by the main process; every process waits for it): created, an earlier run without a
+    checkpoint set aside, run.json (a fresh one, or the resumed run's with a ``resumes`` entry) and config.yaml."""
+
+    def open_() -> RunRecord:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if ckpt_meta is None:
+            _previous_run_aside(run_dir)
         record = _run_record(run_dir, meta, ckpt_meta["step"] if ckpt_meta else None)
         with named_io(run_dir / "config.yaml"):
             (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
+        return record
+
+    record = dist.main_only(open_)
     dist.barrier()
+    return record
 
-    log.info("loading model %s", spec.name_or_path)
-    policy, tokenizer = load_model(spec, device=device, tokenizer=tokenizer, train=True)  # master weights
-    ref_model = None
-    if loss_cfg.beta_kl > 0:  # frozen: kept in the compute dtype (bf16 at the paper's scale), like the engine
-        ref_model = copy.deepcopy(policy).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
-    if dist.active:
-        # each process's engine samples its own prompts, refreshed from the full weights after every update: vLLM
-        # holds its own weights; the HF engine gets an unsharded copy (a sharded model's forwards are collectives)
-        from gdro.rollout.vllm import VLLMEngineConfig
 
-        own = policy if isinstance(eng_cfg, VLLMEngineConfig) else copy.deepcopy(policy).eval().requires_grad_(False)
-        engine = make_engine(eng_cfg, own, tokenizer, spec)
-        policy = distributed.shard_fsdp(policy, dist, comp["dist"])
-    else:
-        engine = make_engine(eng_cfg, policy, tokenizer, spec)
-    if dist.main:
+def make_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[str, Any], record: RunRecord | None,
+                ckpt_meta: dict[str, Any] | None, dist: Dist) -> MetricLogger:
+    """Making the logger: metrics.jsonl and W&B on the main process (on a resume, metrics.jsonl cut back to where
+    the checkpoint left it, and the same W&B run), a silent one on the others."""
+    return dist.main_only(lambda: RunLogger(
+        run_dir, cfg, run_name=run_name, config=meta, truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None,
+        wandb_id=record.data["wandb_id"],
+    ), default=distributed.SilentLogger(run_dir))
+
+
+def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Trainer:
+    """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer.
+
+    Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
+    the model loads.
+    """
+    comp = build_components(cfg)
+    run, spec = comp.run, comp.model
+    device = place(run.threads, run.device, seed=run.seed)
+    dist = join_processes(comp.dist, device, run.prompts_per_step)
+    run_dir, resolved = Path(run_dir), OmegaConf.to_container(cfg, resolve=True)
+    ckpt, ckpt_meta = resume_point(run, run_dir, resolved, cfg) or (None, None)
+    if ckpt_meta is not None:
         try:
-            logger = RunLogger(
-                run_dir, comp["logger"], run_name=run_name(choices, run.seed), config=meta,
-                truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None, wandb_id=record.data["wandb_id"],
-            )
-        except ValueError as err:  # metrics.jsonl shorter than its checkpoint recorded
-            raise ConfigError(f"cannot resume {ckpt}: {err}") from err
-    else:
-        logger = distributed.SilentLogger(run_dir)
+            dist.check_resume(int(ckpt_meta.get("world_size", 1)), ckpt)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
+    splits = load_splits(spec, task_splits(comp.data))  # data before the model: a bad file fails in seconds
+    meta = _run_meta(resolved, choices, run, dist, splits)
+    record = open_run_dir(run_dir, cfg, meta, ckpt_meta, dist)
+    policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
+                         reference=comp.loss.beta_kl > 0)
+    try:
+        logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
+                             ckpt_meta=ckpt_meta, dist=dist)
+    except ValueError as err:  # metrics.jsonl shorter than its checkpoint recorded
+        raise ConfigError(f"cannot resume {ckpt}: {err}") from err
+    sampling = comp.rollout.sampling(spec.max_new_tokens)
     return Trainer(
-        run=run, policy=policy, tokenizer=tokenizer, engine=engine, reward=comp["reward"],
-        sampler=comp["sampler"], allocator=comp["allocator"], classifier=comp["classifier"],
-        train_problems=train_problems, test_problems=test_problems,
-        loss_cfg=loss_cfg, optim_cfg=comp["optim"], eval_cfg=comp["eval"],
-        train_sampling=eng_cfg.sampling(spec.max_new_tokens), logger=logger, run_dir=run_dir, ref_model=ref_model,
-        ckpt_cfg=comp["checkpoint"], resume_from=ckpt, record=record, config=resolved, dist=dist,
+        run=run, policy=policy.model, tokenizer=policy.tokenizer, engine=policy.engine, reward=comp.reward,
+        sampler=comp.sampler, allocator=comp.allocator, classifier=comp.classifier,
+        train_problems=splits.problems["train"], test_problems=splits.problems["test"],
+        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, logger=logger,
+        run_dir=run_dir, ref_model=policy.reference, ckpt_cfg=comp.checkpoint, resume_from=ckpt, record=record,
+        config=resolved,
+        forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
     )

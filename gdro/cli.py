@@ -72,37 +72,14 @@ def train() -> None:
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     cfg = precheck(sys.argv[1:], "train", _check_train)  # every job checked with the overrides as written
     sys.argv[1:] = sweep_safe(sys.argv[1:], "train")
-    _join_processes()
+    from gdro.distributed import join_before_hydra
+
+    sys.argv += join_before_hydra(sys.argv[1:])  # several processes (torchrun): one run dir, rank 0 writes it
     try:
         with user_errors(), _planned_run_dir_lock(cfg):
             _train()
     except KeyboardInterrupt:  # a Ctrl-C before or after the run's own handler was in place (waiting for the lock)
         _stop_now(None, "by Ctrl-C")
-
-
-def _join_processes() -> None:
-    """Under ``torchrun`` (several processes): join the process group before Hydra starts, so that every process
-    resolves the run dir's ``${now:...}`` to rank 0's start time (one run dir), and only rank 0 writes Hydra's files
-    and log there (the others log to stdout)."""
-    from gdro.distributed import env_world_size, resolve_backend
-
-    if env_world_size() == 1:
-        return
-    import datetime
-
-    import torch
-
-    backend = resolve_backend(next((a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("dist.backend=")),
-                                   "auto"), torch.cuda.is_available())
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend=backend)
-    if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
-    box = [datetime.datetime.now()]
-    torch.distributed.broadcast_object_list(box, src=0)
-    OmegaConf.register_new_resolver("now", lambda pattern: box[0].strftime(pattern), use_cache=True, replace=True)
-    if torch.distributed.get_rank() > 0:
-        sys.argv += ["hydra.output_subdir=null", "hydra/job_logging=stdout"]
 
 
 def _main_process() -> bool:

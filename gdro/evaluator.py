@@ -23,6 +23,7 @@ Metrics (percentages; ``k`` = ``eval.k``, paper: 8 samples at T 0.6, top-p 0.8, 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import sys
@@ -32,16 +33,16 @@ from pathlib import Path
 from typing import Any
 
 import hydra
-import torch
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gdro.build import ConfigError
+from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
 from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
+from gdro.distributed import Dist
 from gdro.ioerrors import named_io
-from gdro.validate import build_node, check_keys, rewrite
+from gdro.validate import validate_config
 
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro.eval")
@@ -55,15 +56,33 @@ def known_benchmarks() -> list[str]:
     return sorted([*BENCHMARKS, TOY])
 
 
+@dataclass(frozen=True)
+class EvalAppConfig:
+    """gdro-eval's own keys (conf/eval_app.yaml; the groups model, eval, reward and rollout are components)."""
+
+    benchmarks: list[Any]  # the suite: entries {name, data_files, ...} (conf/suite/*.yaml), checked by _entries
+    checkpoint: str | None = None  # a model directory (e.g. <run_dir>/checkpoint) replacing model.name_or_path
+    out: str | None = None  # where eval.json, eval.md and samples.jsonl go (null: the Hydra run dir)
+    threads: int | None = None  # torch CPU threads (null: torch's default)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+
+    def __post_init__(self) -> None:
+        from gdro.models import check_placement
+
+        if self.checkpoint is not None and not (Path(str(self.checkpoint)) / "config.json").is_file():
+            raise ValueError(f"checkpoint is not a model directory (no config.json), got {self.checkpoint!r}")
+        check_placement(self.threads, self.device)  # the same check as gdro-train's
+
+
 @dataclass
 class EvalPlan:
-    """Validated, model-free parts of an evaluation: the components and every benchmark's problems."""
+    """Validated, model-free parts of an evaluation: its own settings, the components and every benchmark's
+    problems."""
 
+    app: EvalAppConfig
     parts: dict[str, Any]
     benchmarks: dict[str, list[Problem]]
     reports: dict[str, str] = field(default_factory=dict)
-    threads: int | None = None
-    device: str = "auto"  # the `device` setting: auto | cpu | cuda | cuda:N (checked by build_plan)
     golds: dict[str, Any] = field(default_factory=dict)  # benchmark -> its golds prepared at load (GoldTable)
 
 
@@ -72,8 +91,7 @@ def suites() -> list[str]:
     return sorted(p.stem for p in (Path(CONF_DIR) / "suite").glob("*.yaml"))
 
 
-def _entries(cfg: DictConfig) -> list[dict[str, Any]]:
-    raw = cfg.get("benchmarks")
+def _entries(raw: Any) -> list[dict[str, Any]]:
     raw = OmegaConf.to_container(raw, resolve=True) if isinstance(raw, (DictConfig, ListConfig)) else raw
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"benchmarks={raw}: not a suite ({', '.join(suites())}) nor a non-empty list of benchmark "
@@ -121,44 +139,22 @@ def _load_problems(entry: dict[str, Any], i: int) -> tuple[list[Problem], str, A
 
 def build_plan(cfg: DictConfig) -> EvalPlan:
     """Validate the whole config and load every benchmark — no model is loaded here."""
-    missing = [g for g in GROUPS if g not in cfg]
-    if missing:
-        raise ConfigError(f"config is missing the groups {missing}")
-    parts = {g: build_node(cfg[g], g) for g in GROUPS}  # keys, types, ranges: one-line errors
-    from gdro.models import resolve_device
-    from gdro.rollout import check_engine_config
-
-    try:
-        check_engine_config(parts["rollout"])
-    except ValueError as err:
-        raise ConfigError(str(err)) from err
-    ckpt = cfg.get("checkpoint")
-    if ckpt is not None:
+    app, parts = validate_config(cfg, GROUPS, EvalAppConfig)  # keys, types, ranges: one-line errors
+    check_engine(parts["rollout"])
+    if app.checkpoint is not None:
         from gdro.models import model_dir_problem
 
-        problem = model_dir_problem(str(ckpt))
+        problem = model_dir_problem(str(app.checkpoint))
         if problem is not None:
             raise ConfigError(f"checkpoint: {problem}")
-        if not (Path(str(ckpt)) / "config.json").is_file():
-            raise ConfigError(f"checkpoint: {ckpt!r} is not a model directory (no config.json)")
-        import dataclasses
-
-        parts["model"] = dataclasses.replace(parts["model"], name_or_path=str(ckpt))
-    threads = cfg.get("threads")
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
-        raise ConfigError(f"threads must be a positive int or null, got {threads!r}")
-    device = cfg.get("device", "auto")  # conf/eval_app.yaml `device` (auto when an older config lacks the key)
-    try:
-        resolve_device(device)
-    except (ValueError, TypeError) as err:
-        raise rewrite(err, {"device": device}, "") from err
-    entries = _entries(cfg)
+        parts["model"] = dataclasses.replace(parts["model"], name_or_path=str(app.checkpoint))
+    entries = _entries(app.benchmarks)
     benchmarks, reports, golds = {}, {}, {}
     for i, entry in enumerate(entries):
         name = entry["name"]
         benchmarks[name], reports[name], golds[name] = _load_problems(entry, i)
         log.info("%s", reports[name])
-    return EvalPlan(parts, benchmarks, reports, threads, device, golds=golds)
+    return EvalPlan(app, parts, benchmarks, reports, golds=golds)
 
 
 def aggregate(per_bench: dict[str, dict[str, float]], k: int) -> dict[str, float]:
@@ -202,31 +198,17 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
 
 def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
     """Validate ``cfg``, load the model, evaluate every benchmark, write ``eval.json``/``eval.md`` to ``out_dir``."""
-    from gdro.data.filtering import drop_long_prompts
     from gdro.evaluation import evaluate
-    from gdro.models import load_model, load_tokenizer
-    from gdro.rollout import make_engine
 
     plan = build_plan(cfg)
-    if plan.threads is not None:
-        torch.set_num_threads(plan.threads)
+    device = place(plan.app.threads, plan.app.device)
     spec, eval_cfg, eng_cfg = plan.parts["model"], plan.parts["eval"], plan.parts["rollout"]
     out_dir = Path(out_dir)
     _check_out(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = load_tokenizer(spec)
-    dropped = {}
-    for name, problems in list(plan.benchmarks.items()):  # the engine cannot take them: drop and say so
-        plan.benchmarks[name], dropped[name] = drop_long_prompts(
-            problems, tokenizer, max_prompt_len=spec.max_prompt_len, use_chat_template=spec.use_chat_template)
-        if dropped[name]:
-            log.warning("%s: dropped %d prompt(s) longer than model.max_prompt_len=%d tokens (not scored)",
-                        name, dropped[name], spec.max_prompt_len)
-        if not plan.benchmarks[name]:
-            raise ConfigError(f"model.max_prompt_len={spec.max_prompt_len}: every prompt of {name} is longer")
-    log.info("loading model %s", spec.name_or_path)
-    model, tokenizer = load_model(spec, device=plan.device, tokenizer=tokenizer)
-    engine = make_engine(eng_cfg, model, tokenizer, spec)  # samples on the model's device
+    splits = load_splits(spec, plan.benchmarks)  # the engine cannot take longer prompts: dropped (not scored)
+    plan.benchmarks, dropped = splits.problems, splits.dropped
+    engine = make_policy(spec, eng_cfg, device, splits.tokenizer, Dist()).engine  # samples on the model's device
     k = eval_cfg.k
     reward = plan.parts["reward"]
     for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
@@ -282,16 +264,12 @@ def _check_out(out: Path) -> None:
 
 
 def _check(cfg: DictConfig) -> None:
-    """Before Hydra starts the job: known top-level keys, every group's keys, types and ranges, the shape of the
-    benchmark list (and its files exist) and ``out``."""
-    check_keys([str(k) for k in cfg if k != "hydra"], [*GROUPS, "benchmarks", "checkpoint", "out", "threads", "device"])
-    for g in GROUPS:
-        if g not in cfg:
-            raise ConfigError(f"{g}: missing (the config must set every group)")
-        build_node(cfg[g], g)
-    _entries(cfg)
-    if cfg.get("out") is not None:
-        _check_out(Path(str(cfg.out)))
+    """Before Hydra starts the job: known top-level keys, every group's and top-level key's type and range, the
+    shape of the benchmark list (and its files exist) and ``out``."""
+    app, _parts = validate_config(cfg, GROUPS, EvalAppConfig)
+    _entries(app.benchmarks)
+    if app.out is not None:
+        _check_out(Path(str(app.out)))
 
 
 def _suite_alias(argv: list[str]) -> list[str]:

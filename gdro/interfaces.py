@@ -5,27 +5,51 @@ place (:meth:`StepFeedback.signal`). What a controller may know about the prompt
 :class:`PromptPool` of uids; the generator's level labels are in it only for a sampler that declares
 ``reads_labels = True`` (the oracle control, never a method under test).
 
-The Protocols are structural (``typing.Protocol``): a new sampler, allocator, classifier, reward or logger needs
-no base class, only these methods; ``tests/test_protocols.py`` checks every ``_target_`` in ``conf/`` against its
-group's Protocol. See ``docs/extending.md``.
+The records every floor shares live here too: a :class:`Problem` (a prompt and its gold) and a :class:`RewardBatch`
+(the verdicts on a batch of completions).
+
+The Protocols are structural (``typing.Protocol``): a new sampler, allocator, classifier, dataset, reward or logger
+needs no base class, only these methods; ``tests/test_protocols.py`` checks every ``_target_`` in ``conf/`` against
+its group's Protocol. See ``docs/extending.md``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
-
-if TYPE_CHECKING:
-    from gdro.rewards import RewardBatch
 
 # Per-rollout controller signals (Eq. 13 input): the official code's clipped-PG loss, Eq. 6 with its KL term,
 # the failure rate 1 − correct, and the frontier signal 4·p̂(1 − p̂) of the rollout's group (the reward variance
 # that the square-root theorem's v_b and the GRPO gradient's size depend on: 0 for all-solved and all-failed groups;
 # scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both).
 SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier")
+
+
+# ---------------------------------------------------------------------------------------------- shared records
+@dataclass(frozen=True)
+class Problem:
+    """One prompt with its gold answer. ``level`` is for analysis only; controllers never read it."""
+
+    uid: str
+    prompt: str
+    answer: str
+    level: int
+
+
+@dataclass(frozen=True)
+class RewardBatch:
+    """Scores of N completions: ``rewards`` float64 (N,), ``correct`` bool (N,), counts of failure kinds."""
+
+    rewards: np.ndarray
+    correct: np.ndarray
+    n_unparsable: int  # no answer could be extracted (no box, empty, parse error)
+    n_truncated: int  # finished=False with require_eos (scored incorrect without parsing)
+    n_timeout: int  # deadline hit, or answer too large to verify in bounded time
+    n_bad_gold: int  # gold could not be parsed: its completions score incorrect (fix the data)
+    n_error: int = 0  # an exception while scoring (logged): scored as unparsable, but counted only here
 
 
 @dataclass(frozen=True)
@@ -186,14 +210,23 @@ class RolloutAllocator(Stateful, Protocol):
     def bind(self, bins: BinSpec) -> None: ...
 
     def check_budget(self, n_bar: int) -> None:
-        """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked before a run)."""
+        """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked once, before a run)."""
 
-    def allocate(self, bins: np.ndarray, budget: int) -> np.ndarray:
-        """(G,) rollouts for prompts in ``bins`` (G,), summing to ``budget`` exactly."""
+    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+        """(G,) rollouts for prompts in ``bins`` (G,), summing to the step's budget ``n_bar × G`` exactly."""
 
     def update(self, feedback: StepFeedback) -> None: ...
 
     def metrics(self) -> dict[str, float]: ...
+
+
+@runtime_checkable
+class ProblemSource(Protocol):
+    """A dataset option (conf/data/*.yaml): its training problems and its held-out ones (periodic evaluation)."""
+
+    def train(self) -> list[Problem]: ...
+
+    def test(self) -> list[Problem]: ...
 
 
 @runtime_checkable

@@ -107,7 +107,17 @@ import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy.matrices import MatrixBase
 
-from gdro.golds import ALT_SEP, Gold, GoldTable, normalize_text, numbers_agree, prepare_gold, read, rewrite_numbers
+from gdro.golds import (
+    ALT_SEP,
+    Gold,
+    GoldTable,
+    normalize_text,
+    numbers_agree,
+    prepare_gold,
+    read,
+    rewrite_numbers,
+)
+from gdro.interfaces import RewardBatch  # the record (defined with the contracts); re-exported here
 
 logger = logging.getLogger(__name__)
 
@@ -172,19 +182,6 @@ class RewardConfig:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
         if not self.cache_size > 0:
             raise ValueError(f"cache_size must be > 0, got {self.cache_size}")
-
-
-@dataclass(frozen=True)
-class RewardBatch:
-    """Scores of N completions: ``rewards`` float64 (N,), ``correct`` bool (N,), counts of failure kinds."""
-
-    rewards: np.ndarray
-    correct: np.ndarray
-    n_unparsable: int  # no answer could be extracted (no box, empty, parse error)
-    n_truncated: int  # finished=False with require_eos (scored incorrect without parsing)
-    n_timeout: int  # deadline hit, or answer too large to verify in bounded time
-    n_bad_gold: int  # gold could not be parsed: its completions score incorrect (fix the data)
-    n_error: int = 0  # an exception while scoring (logged): scored as unparsable, but counted only here
 
 
 class _Deadline(BaseException):

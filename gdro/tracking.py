@@ -11,6 +11,9 @@ import logging
 import math
 import os
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -179,6 +182,29 @@ class RunRecord:
         except OSError:
             tmp.unlink(missing_ok=True)  # a full disk: leave run.json as it was, whole
             raise
+
+
+class StepClock:
+    """Wall time of a step's phases, as ``time/<phase>`` metrics: ``with clock("update_s"): ...`` adds the block's
+    time to its phase (a phase may be timed in several blocks); ``time/step_s`` runs from the clock's creation."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.phases: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.perf_counter() - t0
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.start
+
+    def metrics(self) -> dict[str, float]:
+        return {**{f"time/{k}": v for k, v in self.phases.items()}, "time/step_s": self.elapsed()}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

@@ -1,18 +1,20 @@
 """The GRPO loop: plain Python components in, metrics out. No Hydra here.
 
-One step reads like the algorithm (architecture.md):
+One step reads like the algorithm (:meth:`Trainer._step`; docs/architecture.md):
 sample prompts → allocate rollouts → generate (ragged) → reward → group advantages →
 loss weights → clipped-surrogate update → controller updates → log.
+
+How a step runs — forward layouts, micro-batches, processes — is the execution layer's (``Forward`` in
+gdro.policy, ``Dist`` in gdro.distributed), built by the composition root (gdro.build) and handed in; nothing here
+branches on it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import signal
 import threading
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -41,7 +43,7 @@ from gdro.checkpoint import (
     step_dirname,
 )
 from gdro.data.synthetic import Problem
-from gdro.distributed import Dist, StateView, full_state_dict, shard_groups
+from gdro.distributed import Dist
 from gdro.evaluation import EvalConfig, evaluate
 from gdro.interfaces import (
     DifficultyClassifier,
@@ -54,10 +56,10 @@ from gdro.interfaces import (
 )
 from gdro.ioerrors import named_io
 from gdro.loss import LossConfig
-from gdro.policy import OptimConfig, ppo_update
-from gdro.rollout.base import Generator, RolloutBatch, SamplingParams, concat_rollouts
+from gdro.policy import Forward, OptimConfig, ppo_update
+from gdro.rollout.base import Generator, SamplingParams
 from gdro.rundir import held
-from gdro.tracking import RunRecord
+from gdro.tracking import RunRecord, StepClock
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -93,12 +95,10 @@ class RunConfig:
             raise ValueError(f"rollouts_per_prompt must be >= 1, got {self.rollouts_per_prompt}")
         if self.label is not None and not (isinstance(self.label, str) and self.label.strip()):
             raise ValueError(f"label must be a non-empty name or null, got {self.label!r}")
-        if self.threads is not None and self.threads < 1:
-            raise ValueError(f"threads must be >= 1 or null, got {self.threads}")
         # a bad or unavailable device fails here, before any model loads
-        from gdro.models import resolve_device
+        from gdro.models import check_placement
 
-        resolve_device(self.device)
+        check_placement(self.threads, self.device)
 
 
 def derive_seed(seed: int, *keys: int) -> int:
@@ -152,6 +152,16 @@ class Interrupted(Exception):
 
 
 @dataclass
+class _State:
+    """What a fit carries from step to step besides the components: the optimiser, its schedule, the RNG streams."""
+
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LRScheduler
+    rngs: dict[str, np.random.Generator]
+    step: int = 0
+
+
+@dataclass
 class Trainer:
     run: RunConfig
     policy: torch.nn.Module
@@ -169,14 +179,19 @@ class Trainer:
     train_sampling: SamplingParams
     logger: MetricLogger
     run_dir: Path
+    forward: Forward  # how the policy's forwards run (layouts, micro-batches, processes): gdro.policy.forward
     ref_model: torch.nn.Module | None = None
     ckpt_cfg: CheckpointConfig = field(default_factory=CheckpointConfig)
     resume_from: Path | None = None  # a checkpoint dir to continue from
     record: RunRecord | None = None  # run.json: last_step is kept current at each checkpoint
     stop: StopRequest | None = None
     config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
-    dist: Dist = field(default_factory=Dist)  # this process's rank among the run's processes (gdro.distributed)
     _began: bool = field(default=False, init=False, repr=False)  # this attempt has changed the run dir (fit)
+
+    @property
+    def dist(self) -> Dist:
+        """How the run is spread over processes (gdro.distributed; one process: every call a no-op)."""
+        return self.forward.dist
 
     def fit(self) -> list[dict[str, Any]]:
         """Train for ``run.steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
@@ -227,188 +242,120 @@ class Trainer:
                 lock.defer(fields)
 
     def _fit(self) -> list[dict[str, Any]]:
-        run, rows = self.run, []
-        rngs = {
-            "sampler": np.random.default_rng(derive_seed(run.seed, STREAM_SAMPLER)),
-            "update": np.random.default_rng(derive_seed(run.seed, STREAM_UPDATE)),
-        }
-        rng_sampler, rng_update = rngs["sampler"], rngs["update"]
-        optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
-        pad_id = self.engine.pad_id
-        # what each controller may see of the pool: uids; the generator's labels only for the oracle control
-        uids = tuple(p.uid for p in self.train_problems)
-        self.classifier.bind(PromptPool(uids))
-        levels = tuple(p.level for p in self.train_problems) if self.sampler.reads_labels else None
-        self.sampler.bind(PromptPool(uids, levels), self.classifier.bin_spec())
-        self.allocator.bind(self.classifier.bin_spec())
-        max_new = self.train_sampling.max_new_tokens
-        start = 0
-        if self.resume_from is not None:
-            start = self._restore(self.resume_from, optimizer, scheduler, rngs)
-            log.info("resumed from %s (step %d of %d)", self.resume_from, start, run.steps)
-        if start >= run.steps:
-            if not run.save_final or final_step(self.run_dir) == run.steps:
-                if self.dist.main:
-                    clear_leftovers(self.run_dir / FINAL_DIR)  # a kill right after the final save's swap
-                log.info("nothing to do: the run is at step %d of %d", start, run.steps)
-                return rows
-            log.info("the run is at step %d of %d; finishing its final save", start, run.steps)  # a cut one
-            self._begin(start)
-            self.save(self.run_dir / FINAL_DIR)
+        run, ev, rows = self.run, self.eval_cfg, []
+        st = self._start()
+        if self._finished(st.step):
             return rows
-        self._begin(start)
-        self._check_stop(start, None)  # a signal during set-up: stop before any step
-        if start == 0 and self.eval_cfg.at_start:
+        self._begin(st.step)
+        self._check_stop(st.step, None)  # a signal during set-up: stop before any step
+        if st.step == 0 and ev.at_start:
             rows.append(self._log({"step": 0, **self._evaluate()}))
-        bar = tqdm(range(start + 1, run.steps + 1), desc="gdro-train", disable=not run.progress, dynamic_ncols=True,
-                   initial=start, total=run.steps)
+        bar = tqdm(range(st.step + 1, run.steps + 1), desc="gdro-train", disable=not run.progress,
+                   dynamic_ncols=True, initial=st.step, total=run.steps)
         for step in bar:
-            t0 = time.perf_counter()
-            # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
-            ids = self.sampler.sample(run.prompts_per_step, rng_sampler, self.classifier)
-            bins = self.classifier.bins(ids)
-            n = self.allocator.allocate(bins, budget=len(ids) * run.rollouts_per_prompt)
-            # 2. sample from the current policy (in shards of whole groups when the step is split across processes)
-            ids, bins, n, bounds = self._shard_order(ids, bins, n)
-            probs = [self.train_problems[i] for i in ids]
-            roll = self._generate([p.prompt for p in probs], n, bounds, step)
-            local = self._local_rows(roll, bounds)
-            t_gen = time.perf_counter() - t0
-            tr = time.perf_counter()
-            # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
-            scored = self._score(roll, [probs[g].answer for g in roll.group_index], local)
-            rewards = torch.as_tensor(scored.rewards, dtype=torch.float32)
-            gidx = torch.as_tensor(roll.group_index)
-            adv = group_advantages(
-                rewards, gidx, len(probs),
-                norm_by_std=self.loss_cfg.norm_adv_by_std, eps=self.loss_cfg.adv_eps, unbiased_std=self.loss_cfg.unbiased_std,
-            )
-            t_reward = time.perf_counter() - tr
-            # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
-            tc = time.perf_counter()
-            mult = self.sampler.loss_weights(bins, roll.group_index)
-            t_ctrl = time.perf_counter() - tc
-            t1 = time.perf_counter()
-            stats, losses = ppo_update(
-                self.policy, optimizer, scheduler, roll, adv * torch.as_tensor(mult, dtype=adv.dtype),
-                self.loss_cfg, self.optim_cfg, temperature=self.train_sampling.temperature, pad_id=pad_id,
-                rng=rng_update, ref_model=self.ref_model, local_rows=local, dist=self.dist,
-            )
-            t_upd = time.perf_counter() - t1
-            # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
-            #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal
-            tc = time.perf_counter()
-            feedback = StepFeedback(
-                ids=ids, bins=bins, n=n, group_index=roll.group_index, correct=scored.correct,
-                pg_loss=losses.pg / mult, kl=losses.kl, beta_kl=self.loss_cfg.beta_kl,
-            )
-            self.sampler.update(feedback)
-            self.allocator.update(feedback)
-            self.classifier.update(feedback)
-            t_ctrl += time.perf_counter() - tc
-            ts = time.perf_counter()
-            self._sync_engine()
-            t_sync = time.perf_counter() - ts
-            row = {"step": step, **stats, **self._rollout_metrics(roll, scored, feedback.n_correct, adv, max_new)}
-            row.update(self.reward.metrics(scored))
-            row.update(self.sampler.metrics())
-            row.update(self.allocator.metrics())
-            row.update(self.classifier.metrics())
-            row.update({"time/gen_s": t_gen, "time/reward_s": t_reward, "time/update_s": t_upd,
-                        "time/controller_s": t_ctrl, "time/sync_s": t_sync, "time/step_s": time.perf_counter() - t0})
-            if (step == run.steps and self.eval_cfg.at_end) or (self.eval_cfg.every and step % self.eval_cfg.every == 0):
+            row = self._step(step, st)
+            if (step == run.steps and ev.at_end) or (ev.every and step % ev.every == 0):
                 row.update(self._evaluate())
             rows.append(self._log(row))
             bar.set_postfix({"reward": f"{row['reward/mean']:.3f}", **self._eval_postfix(rows)})
             # 6. checkpoint on schedule, at the end, or when a signal asked us to stop (after this step's row)
             ckpt = None
             if self.ckpt_cfg.due(step, run.steps) or self._stop_requested():
-                ckpt = self._save_checkpoint(step, optimizer, scheduler, rngs)
+                ckpt = self._save_checkpoint(step, st)
             self._check_stop(step, ckpt)
         bar.close()
         if run.save_final:
             self.save(self.run_dir / FINAL_DIR)
         return rows
 
-    # -- the step split across processes (gdro.distributed; one process: shards=1 changes nothing) ---------------
-    def _shard_order(self, ids, bins, n):
-        """The step's prompts reordered shard by shard (whole groups, balanced by rollouts) and the shard bounds
-        (``bounds[s]:bounds[s+1]`` are shard ``s``'s prompts). One shard: the order as sampled."""
-        k = self.dist.shards
-        if k == 1:
-            return ids, bins, n, [0, len(ids)]
-        parts = shard_groups(n, k)
-        order = np.concatenate(parts)
-        bounds = np.concatenate([[0], np.cumsum([len(p) for p in parts])]).tolist()
-        reorder = (lambda x: x[order]) if isinstance(ids, np.ndarray) else (lambda x: [x[i] for i in order])
-        return reorder(ids), np.asarray(bins)[order], np.asarray(n)[order], bounds
+    def _step(self, step: int, st: _State) -> dict[str, Any]:
+        """One GRPO step, as the algorithm reads; returns its metrics row."""
+        run, loss, clock = self.run, self.loss_cfg, StepClock()
+        with clock("gen_s"):
+            # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
+            ids = self.sampler.sample(run.prompts_per_step, st.rngs["sampler"], self.classifier)
+            bins = self.classifier.bins(ids)
+            n = self.allocator.allocate(bins, run.rollouts_per_prompt)
+            # 2. sample from the current policy (in shards of whole groups when the step is split across processes)
+            ids, bins, n, bounds = self.dist.shard_order(ids, bins, n)
+            probs = [self.train_problems[i] for i in ids]
+            roll, local = self.dist.generate(self.engine, [p.prompt for p in probs], n, bounds,
+                                             lambda *shard: derive_seed(run.seed, STREAM_ROLLOUT, step, *shard),
+                                             self.train_sampling)
+        with clock("reward_s"):
+            # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
+            scored = self.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
+            adv = group_advantages(torch.as_tensor(scored.rewards, dtype=torch.float32),
+                                   torch.as_tensor(roll.group_index), len(probs), norm_by_std=loss.norm_adv_by_std,
+                                   eps=loss.adv_eps, unbiased_std=loss.unbiased_std)
+        with clock("controller_s"):
+            # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
+            mult = self.sampler.loss_weights(bins, roll.group_index)
+        with clock("update_s"):
+            stats, losses = ppo_update(self.policy, st.optimizer, st.scheduler, roll,
+                                       adv * torch.as_tensor(mult, dtype=adv.dtype), loss, self.optim_cfg,
+                                       self.forward, rng=st.rngs["update"], ref_model=self.ref_model, local_rows=local)
+        with clock("controller_s"):
+            # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
+            #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal
+            feedback = StepFeedback(ids=ids, bins=bins, n=n, group_index=roll.group_index, correct=scored.correct,
+                                    pg_loss=losses.pg / mult, kl=losses.kl, beta_kl=loss.beta_kl)
+            for part in self.controllers:
+                part.update(feedback)
+        with clock("sync_s"):
+            self.dist.sync_engine(self.engine, self.policy)
+        row = {"step": step, **stats, **rollout_metrics(roll, scored, feedback.n_correct, adv,
+                                                        self.train_sampling.max_new_tokens)}
+        row.update(self.reward.metrics(scored))
+        for part in self.controllers:
+            row.update(part.metrics())
+        return row | clock.metrics()
 
-    def _generate(self, prompts: list[str], n, bounds: list[int], step: int) -> RolloutBatch:
-        """One shard: the whole batch with the step's seed. Several: this process's shards, each with its own seed,
-        then every process's shards gathered in shard order, so every process holds the same whole batch."""
-        run, sampling = self.run, self.train_sampling
-        if self.dist.shards == 1:
-            return self.engine.generate(prompts, n, seed=derive_seed(run.seed, STREAM_ROLLOUT, step), sampling=sampling)
-        mine = [self.engine.generate(prompts[bounds[s]:bounds[s + 1]], n[bounds[s]:bounds[s + 1]],
-                                     seed=derive_seed(run.seed, STREAM_ROLLOUT, step, s), sampling=sampling)
-                for s in self.dist.my_shards()]
-        return concat_rollouts([b for per_rank in self.dist.all_gather_object(mine) for b in per_rank])
+    @property
+    def controllers(self) -> tuple[PromptSampler, RolloutAllocator, DifficultyClassifier]:
+        """The step's controllers, in the order they observe it and report."""
+        return self.sampler, self.allocator, self.classifier
 
-    def _local_rows(self, roll: RolloutBatch, bounds: list[int]) -> np.ndarray | None:
-        """The rows this process trains on (its shards' groups); None in one process (every row)."""
-        if not self.dist.active:
-            return None
-        mine = self.dist.my_shards()
-        lo, hi = bounds[mine[0]], bounds[mine[-1] + 1]
-        return np.flatnonzero((roll.group_index >= lo) & (roll.group_index < hi))
-
-    def _score(self, roll: RolloutBatch, golds: list[str], local: np.ndarray | None):
-        """The step's verdicts. Across processes each scores its own rows and the verdicts are all-gathered: the
-        reward's time bound makes a verdict depend on timing, so processes scoring the same row could disagree and
-        their controllers drift apart."""
-        if local is None:
-            return self.reward.score(roll.texts, golds, roll.finished)
-        finished = roll.finished
-        mine = self.reward.score([roll.texts[i] for i in local], [golds[i] for i in local], finished[local])
-        rewards, correct = np.zeros(len(roll), dtype=np.float64), np.zeros(len(roll), dtype=bool)
-        counts: dict[str, int] = {}
-        for rows, batch in self.dist.all_gather_object((local, mine)):
-            rewards[rows], correct[rows] = batch.rewards, batch.correct
-            for f in dataclasses.fields(batch):
-                if f.name.startswith("n_"):
-                    counts[f.name] = counts.get(f.name, 0) + int(getattr(batch, f.name))
-        return dataclasses.replace(mine, rewards=rewards, correct=correct, **counts)
-
-    def _sync_engine(self) -> None:
-        """The engine samples from the updated policy: the policy itself (HF, one process), or its full weights
-        (vLLM; HF across processes, where the engine holds its own unsharded copy)."""
-        if self.dist.active:
-            self.engine.sync_weights(StateView(full_state_dict(self.policy, self.dist)))
-        else:
-            self.engine.sync_weights(self.policy)
+    def _start(self) -> _State:
+        """The optimiser, its schedule and the RNG streams; the controllers bound to the pool; a resume applied."""
+        rngs = {
+            "sampler": np.random.default_rng(derive_seed(self.run.seed, STREAM_SAMPLER)),
+            "update": np.random.default_rng(derive_seed(self.run.seed, STREAM_UPDATE)),
+        }
+        optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
+        # what each controller may see of the pool: uids; the generator's labels only for the oracle control
+        uids = tuple(p.uid for p in self.train_problems)
+        self.classifier.bind(PromptPool(uids))
+        levels = tuple(p.level for p in self.train_problems) if self.sampler.reads_labels else None
+        self.sampler.bind(PromptPool(uids, levels), self.classifier.bin_spec())
+        self.allocator.bind(self.classifier.bin_spec())
+        st = _State(optimizer, scheduler, rngs)
+        if self.resume_from is not None:
+            st.step = self._restore(self.resume_from, st)
+            log.info("resumed from %s (step %d of %d)", self.resume_from, st.step, self.run.steps)
+        return st
 
     def _stop_requested(self) -> bool:
         """A signal on any process stops every process after the same step (so that all save the checkpoint)."""
-        local = self.stop is not None and self.stop.requested
-        return bool(self.dist.max_int(int(local))) if self.dist.active else local
+        return self.dist.stop_requested(self.stop is not None and self.stop.requested)
 
     def _check_stop(self, step: int, ckpt: Path | None) -> None:
         if self._stop_requested():
             raise Interrupted(self.stop.signum if self.stop is not None and self.stop.requested else signal.SIGTERM,
                               step, ckpt)
 
-    def _save_checkpoint(self, step: int, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> Path:
+    def _save_checkpoint(self, step: int, st: _State) -> Path:
         """Everything the next step depends on, written atomically after the step's metrics row."""
         position = self.logger.position()
-        policy_state, optim_state = self._full_states(optimizer)  # every process takes part (FSDP)
+        policy_state, optim_state = self.dist.full_states(self.policy, st.optimizer)  # every process takes part
         path = self.run_dir / CKPT_ROOT / step_dirname(step)
-        if self.dist.main:
+        if self.dist.main:  # one process writes
             files = {
                 "policy": policy_state,
-                "optimizer": {"optimizer": optim_state, "scheduler": scheduler.state_dict()},
+                "optimizer": {"optimizer": optim_state, "scheduler": st.scheduler.state_dict()},
                 "trainer": {
                     "step": step, "sampler": self.sampler.state_dict(), "classifier": self.classifier.state_dict(),
-                    "allocator": self.allocator.state_dict(), "rng": rng_state(rngs),
+                    "allocator": self.allocator.state_dict(), "rng": rng_state(st.rngs),
                     "world_size": self.dist.world,
                 },
             }
@@ -419,44 +366,18 @@ class Trainer:
         self.dist.barrier()  # the checkpoint exists before any process goes on (or stops)
         return path
 
-    def _full_states(self, optimizer) -> tuple[dict, dict]:
-        """The policy's and the optimiser's state dicts, whole: as they are in one process; under FSDP gathered to
-        rank 0 in host memory (keyed by parameter name), empty on the other ranks."""
-        if not self.dist.active:
-            return self.policy.state_dict(), optimizer.state_dict()
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
-        return (full_state_dict(self.policy, self.dist, rank0_only=True),
-                get_optimizer_state_dict(self.policy, optimizer, options=opts))
-
-    def _restore(self, ckpt: Path, optimizer, scheduler, rngs: dict[str, np.random.Generator]) -> int:
+    def _restore(self, ckpt: Path, st: _State) -> int:
         """Load a checkpoint into the bound components; returns its step."""
         state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
         tr = state["trainer"]
-        saved_world = int(tr.get("world_size", 1))
-        if saved_world != self.dist.world:
-            raise ValueError(f"{ckpt} was written by {saved_world} process(es); resume it with the same number "
-                             f"(this run has {self.dist.world})")
-        if self.dist.active:
-            from torch.distributed.checkpoint.state_dict import (
-                StateDictOptions,
-                set_model_state_dict,
-                set_optimizer_state_dict,
-            )
-
-            opts = StateDictOptions(full_state_dict=True)
-            set_model_state_dict(self.policy, state["policy"], options=opts)
-            set_optimizer_state_dict(self.policy, optimizer, state["optimizer"]["optimizer"], options=opts)
-        else:
-            self.policy.load_state_dict(state["policy"])
-            optimizer.load_state_dict(state["optimizer"]["optimizer"])
-        scheduler.load_state_dict(state["optimizer"]["scheduler"])
+        self.dist.check_resume(int(tr.get("world_size", 1)), ckpt)
+        self.dist.load_states(self.policy, st.optimizer, state["policy"], state["optimizer"]["optimizer"])
+        st.scheduler.load_state_dict(state["optimizer"]["scheduler"])
         self.sampler.load_state_dict(tr["sampler"])
         self.classifier.load_state_dict(tr["classifier"])
         self.allocator.load_state_dict(tr["allocator"])
-        set_rng_state(tr["rng"], rngs)
-        self._sync_engine()
+        set_rng_state(tr["rng"], st.rngs)
+        self.dist.sync_engine(self.engine, self.policy)
         step = int(tr["step"])
         meta_step = int(read_meta(ckpt)["step"])
         if step != meta_step:
@@ -464,30 +385,14 @@ class Trainer:
         return step
 
     def _evaluate(self) -> dict[str, float]:
-        if not self.dist.main:  # the engine holds its own copy of the weights: no collective, rank 0 evaluates
-            return {}
-        t0 = time.perf_counter()
-        out = evaluate(self.engine, self.test_problems, self.reward, self.eval_cfg, self.train_sampling.max_new_tokens)
-        out["time/eval_s"] = time.perf_counter() - t0
-        return out
+        """Held-out evaluation on the main process (the engine holds its own copy of the weights: no collective)."""
+        return self.dist.main_only(self._evaluate_here, default={})
 
-    @staticmethod
-    def _rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:
-        sizes = roll.group_sizes
-        g_mean = n_correct / np.maximum(sizes, 1)
-        return {
-            "reward/mean": float(scored.rewards.mean()),
-            "reward/std": float(scored.rewards.std()),
-            "rollout/len_mean": float(roll.lengths.mean()),
-            "rollout/len_max": float(roll.lengths.max()),
-            "rollout/n_total": float(len(roll)),
-            "rollout/n_prompts": float(len(sizes)),
-            "rollout/n_per_prompt_mean": float(sizes.mean()),
-            "rollout/clip_len_frac": float((roll.lengths >= max_new).mean()),
-            "rollout/solved_frac": float((g_mean == 1).mean()),
-            "rollout/unsolved_frac": float((g_mean == 0).mean()),
-            "train/adv_abs_mean": float(adv.abs().mean()),
-        }
+    def _evaluate_here(self) -> dict[str, float]:
+        clock = StepClock()
+        out = evaluate(self.engine, self.test_problems, self.reward, self.eval_cfg, self.train_sampling.max_new_tokens)
+        out["time/eval_s"] = clock.elapsed()
+        return out
 
     @staticmethod
     def _eval_postfix(rows: list[dict[str, Any]]) -> dict[str, str]:
@@ -507,19 +412,45 @@ class Trainer:
         moment leaves the previous one or the new one, and a rerun finishes a save that was cut."""
         from gdro.models import compute_dtype
 
-        dt = compute_dtype(self.policy)
-        full = full_state_dict(self.policy, self.dist, rank0_only=True)  # every process takes part (FSDP)
-        if not self.dist.main:
+        state = self.dist.savable_state(self.policy, compute_dtype(self.policy))  # every process takes part (FSDP)
+        if not self.dist.main:  # one process writes
             return
-        state = None
-        if self.dist.active or any(t.is_floating_point() and t.dtype != dt for t in full.values()):
-            # a gathered state dict holds tied weights twice (lm_head = embedding): keep the first name, as HF does
-            seen, tied = set(), set()
-            for name, p in self.policy.named_parameters(remove_duplicate=False):
-                (tied if id(p) in seen else seen).add(name if id(p) in seen else id(p))
-            state = {k: t.to(dt) if t.is_floating_point() else t for k, t in full.items() if k not in tied}
         with atomic_dir(path) as tmp:
             with named_io(tmp):
                 self.policy.save_pretrained(tmp, safe_serialization=True, state_dict=state)
                 self.tokenizer.save_pretrained(tmp)
             (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.run.steps}), encoding="utf-8")
+
+    def _finished(self, step: int) -> bool:
+        """Whether a resumed run has nothing left to do; a final save that was cut is finished here first."""
+        run = self.run
+        if step < run.steps:
+            return False
+        if not run.save_final or final_step(self.run_dir) == run.steps:
+            if self.dist.main:
+                clear_leftovers(self.run_dir / FINAL_DIR)  # a kill right after the final save's swap
+            log.info("nothing to do: the run is at step %d of %d", step, run.steps)
+            return True
+        log.info("the run is at step %d of %d; finishing its final save", step, run.steps)  # a cut one
+        self._begin(step)
+        self.save(self.run_dir / FINAL_DIR)
+        return True
+
+
+def rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:
+    """The step's reward, rollout and advantage summaries."""
+    sizes = roll.group_sizes
+    g_mean = n_correct / np.maximum(sizes, 1)
+    return {
+        "reward/mean": float(scored.rewards.mean()),
+        "reward/std": float(scored.rewards.std()),
+        "rollout/len_mean": float(roll.lengths.mean()),
+        "rollout/len_max": float(roll.lengths.max()),
+        "rollout/n_total": float(len(roll)),
+        "rollout/n_prompts": float(len(sizes)),
+        "rollout/n_per_prompt_mean": float(sizes.mean()),
+        "rollout/clip_len_frac": float((roll.lengths >= max_new).mean()),
+        "rollout/solved_frac": float((g_mean == 1).mean()),
+        "rollout/unsolved_frac": float((g_mean == 0).mean()),
+        "train/adv_abs_mean": float(adv.abs().mean()),
+    }

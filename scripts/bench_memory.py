@@ -30,17 +30,18 @@ import torch
 from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
 from gdro.loss import LossConfig
-from gdro.models import build_tokenizer
 from gdro.policy import (
     LOGITS_CHUNK_ELEMENTS,
+    Forward,
     OptimConfig,
     group_micro_batches,
-    logprobs_no_grad,
     micro_batches,
     ppo_update,
 )
+from gdro.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
-from gdro.rollout.hf import HFGenerator, encode_prompts
+from gdro.rollout.hf import HFGenerator
+from gdro.tiny import build_tokenizer
 
 QWEN3_VOCAB = 151_936
 GIB = 2**30
@@ -181,13 +182,15 @@ def grpo_step(model, tokenizer, *, rollouts: int, per_prompt: int, new_tokens: i
     rewards = torch.as_tensor(rng.choice([-1.0, 1.0], len(roll)), dtype=torch.float32)
     adv = group_advantages(rewards, torch.as_tensor(roll.group_index), roll.num_groups)
     pad_id, rows = engine.pad_id, np.arange(len(roll))
-    _, ref_phase = measure("reference log-probs (no grad)", n_tok, device, lambda: logprobs_no_grad(
-        ref, roll, rows, optim_cfg.micro_batch_size, pad_id, 1.0, optim_cfg.micro_batch_tokens,
-        shared_prefix=optim_cfg.shared_prefix))
+    ref_fwd = Forward(pad_id, 1.0, optim_cfg.micro_batch_size, optim_cfg.micro_batch_tokens,
+                      shared_prefix=optim_cfg.shared_prefix)
+    _, ref_phase = measure("reference log-probs (no grad)", n_tok, device,
+                           lambda: ref_fwd.logprobs_no_grad(ref, roll, rows))
     opt, sched = optim_cfg.make(model.parameters())
     before = {k: p.detach().clone() for k, p in model.named_parameters()}
+    fwd = Forward.bind(optim_cfg, pad_id=pad_id, temperature=1.0)
     (stats, _), upd = measure("update (reference pass + fwd/bwd)", n_tok, device, lambda: ppo_update(
-        model, opt, sched, roll, adv, loss_cfg, optim_cfg, temperature=1.0, pad_id=pad_id, rng=rng, ref_model=ref))
+        model, opt, sched, roll, adv, loss_cfg, optim_cfg, fwd, rng=rng, ref_model=ref))
     changed = sum(int((p.detach() != before[k]).sum()) for k, p in model.named_parameters())
     total = sum(p.numel() for p in model.parameters())
     split = group_micro_batches if optim_cfg.shared_prefix else micro_batches  # as ppo_update forms them

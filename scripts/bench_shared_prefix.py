@@ -29,9 +29,9 @@ from gdro.data.synthetic import CopyTask
 from gdro.loss import LossConfig
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
+    Forward,
     OptimConfig,
     group_micro_batches,
-    logprobs_no_grad,
     make_packed_batch,
     make_shared_batch,
     make_token_batch,
@@ -90,14 +90,15 @@ def main() -> None:
             times[f"generate prune_every={k}"].append(time.perf_counter() - t0)
         for name, how in LAYOUTS.items():
             t0 = time.perf_counter()
-            lps[name] = logprobs_no_grad(ref, roll, rows, args.micro_batch_size, pad, 1.0,
-                                         shared_prefix=how["shared_prefix"], pack=how.get("pack", False))
+            fwd = Forward(pad, 1.0, args.micro_batch_size, shared_prefix=how["shared_prefix"],
+                          pack=how.get("pack", False))
+            lps[name] = fwd.logprobs_no_grad(ref, roll, rows)
             times[f"ref {name}"].append(time.perf_counter() - t0)
             policy = copy.deepcopy(model).train()
             cfg = OptimConfig(lr=1e-4, warmup_steps=0, micro_batch_size=args.micro_batch_size, **how)
             opt, sched = cfg.make(policy.parameters())
             t0 = time.perf_counter()
-            ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0, pad_id=pad,
+            ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, Forward.bind(cfg, pad_id=pad, temperature=1.0),
                        rng=np.random.default_rng(0), ref_model=ref)
             times[f"update {name}"].append(time.perf_counter() - t0)
     for name in ("kv", "packed"):

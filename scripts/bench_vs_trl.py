@@ -129,7 +129,7 @@ def bench_problems(args, tokenizer):
 
 def prompt_tokens(tokenizer, problems) -> tuple[list[list[int]], list[list[int]]]:
     """(ours, TRL's) prompt token ids: ``encode_prompts`` vs TRL's ``apply_chat_template(tokenize=True)`` call."""
-    from gdro.rollout.hf import encode_prompts
+    from gdro.prompts import encode_prompts
 
     ours = encode_prompts(tokenizer, [p.prompt for p in problems], use_chat_template=True, max_prompt_len=64)
     trl = tokenizer.apply_chat_template(conversation=[[{"role": "user", "content": p.prompt}] for p in problems],

@@ -17,7 +17,7 @@ read from conf/memory/<model>-vllm.yaml and conf/model/<model>.yaml. Per GPU, wi
   residual stream fp32 under autocast); one layer's recomputed activations, 26h + 10q + 10kv + 8i bytes a token
   (q, kv: query and key/value widths; saved tensors measured on the CPU under bf16 autocast), x2 for that
   layer's backward; the boolean attention mask (rows x width²); the LM head: final hidden states x3 (output, the
-  selected positions, their grad) and one chunk of 2**26 logits (gdro/policy.py) x5 (bf16, fp32, scaled,
+  selected positions, their grad) and one chunk of 2**26 logits (gdro/policy/kernels.py) x5 (bf16, fp32, scaled,
   log-softmax, grad); the memory-efficient or flash SDPA kernel (no width² scores);
 - AdamW step (foreach, torch's default on CUDA): one fp32 temporary the size of the shard, after the backward;
 - vLLM: one engine per GPU (tensor parallel 1) taking `gpu_memory_utilization` x capacity: bf16 weights

@@ -28,7 +28,7 @@ def _step(alloc, bins: np.ndarray, n_bar: int, correct_p: dict[int, float], rng:
     must be built with ``signal="pg_loss"``); with the default it reaches the allocator under every signal name.
     """
     bins = np.asarray(bins, dtype=np.int64)
-    n = alloc.allocate(bins, n_bar * len(bins))
+    n = alloc.allocate(bins, n_bar)
     group_index = np.repeat(np.arange(len(bins)), n)
     p = np.array([correct_p.get(int(b), 0.5) for b in bins])[group_index]
     correct = rng.random(len(group_index)) < p
@@ -56,7 +56,7 @@ def test_rollout_gdro_meets_budget_exactly_within_bounds(bins, n_bar, seed):
 def test_equal_scores_give_n_bar_everywhere():
     alloc = RolloutGDRO(n_min=2, n_max=12)
     bins = np.array([0, 0, 1, 2, 2, 2, 9])
-    assert alloc.allocate(bins, 4 * len(bins)).tolist() == [4] * 7
+    assert alloc.allocate(bins, 4).tolist() == [4] * 7
 
 
 def test_mu_rises_when_consumption_exceeds_budget_and_falls_below():
@@ -115,12 +115,12 @@ def test_state_round_trip():
         _step(a, bins, 4, {b: rng.random() for b in range(5)}, rng)
     b = RolloutGDRO(n_min=2, n_max=12)
     b.load_state_dict(a.state_dict())
-    assert b.mu == a.mu and np.array_equal(a.allocate(bins, 4 * 30), b.allocate(bins, 4 * 30))
+    assert b.mu == a.mu and np.array_equal(a.allocate(bins, 4), b.allocate(bins, 4))
     s = SqrtAllocator(n_min=2, n_max=12)
     _step(s, bins, 4, {0: 0.3}, rng)
     t = SqrtAllocator(n_min=2, n_max=12)
     t.load_state_dict(s.state_dict())
-    assert np.array_equal(s.allocate(bins, 4 * 30), t.allocate(bins, 4 * 30))
+    assert np.array_equal(s.allocate(bins, 4), t.allocate(bins, 4))
 
 
 @pytest.mark.parametrize(
@@ -142,8 +142,8 @@ def test_bad_values_name_the_key(cls, kwargs, key):
         cls(**kwargs)
 
 
-# The mean budget n̄ is no constructor argument any more: it is budget / #prompts of each step, checked before a run
-# (check_budget) and again by every allocate().
+# The mean budget n̄ is no constructor argument: it is passed with every allocate(), which derives the step's budget
+# n̄ × #prompts from it; whether it can be met is checked once, before a run (check_budget), not at every step.
 @pytest.mark.parametrize(
     ("make", "n_bar", "match"),
     [
@@ -155,22 +155,20 @@ def test_bad_values_name_the_key(cls, kwargs, key):
     ],
 )
 def test_infeasible_mean_budget_is_refused(make, n_bar, match):
-    alloc = make()
     with pytest.raises(ValueError, match=match):
-        alloc.check_budget(n_bar)
-    with pytest.raises(ValueError, match=match):
-        alloc.allocate(np.array([0, 1, 1]), budget=3 * n_bar)
+        make().check_budget(n_bar)
 
 
 @pytest.mark.parametrize("make", [FixedAllocator, RolloutGDRO, SqrtAllocator])
-def test_budget_not_a_whole_number_per_prompt_or_no_prompts_is_refused(make):
+def test_the_budget_is_the_mean_times_the_prompts_and_a_step_needs_one(make):
     alloc = make()
+    alloc.bind(BinSpec(("0", "1", "unseen"), num_pass_bins=2))
     for n_bar in (2, 4, 12):
         alloc.check_budget(n_bar)  # feasible: no error
-    with pytest.raises(ValueError, match="whole number"):
-        alloc.allocate(np.array([0, 1, 1]), budget=3 * 4 + 1)
-    with pytest.raises(ValueError, match="at least one prompt"):
-        alloc.allocate(np.zeros(0, dtype=np.int64), budget=8)
+        assert alloc.allocate(np.array([0, 1, 1]), n_bar).sum() == 3 * n_bar
+    if not isinstance(alloc, FixedAllocator):
+        with pytest.raises(ValueError, match="at least one prompt"):
+            alloc.allocate(np.zeros(0, dtype=np.int64), 8)
 
 
 @pytest.mark.parametrize("n_bar", [1, 4, 7])
@@ -178,7 +176,7 @@ def test_fixed_allocator_gives_every_prompt_the_mean_budget(n_bar):
     alloc = FixedAllocator()
     alloc.bind(BinSpec(("0", "1", "unseen"), num_pass_bins=2))
     bins = np.array([2, 0, 1, 1, 0])
-    n = alloc.allocate(bins, n_bar * len(bins))
+    n = alloc.allocate(bins, n_bar)
     assert n.dtype == np.int64 and n.tolist() == [n_bar] * 5
     _step(alloc, bins, n_bar, {}, np.random.default_rng(0))
     assert alloc.metrics() == {} and alloc.state_dict() == {}
@@ -199,7 +197,7 @@ def test_lagrangian_moves_rollouts_to_high_loss_bins_under_the_budget():
 
 @pytest.mark.parametrize("make", [FixedAllocator, lambda: RolloutGDRO(n_min=2, n_max=12, alpha_mu=0.2), SqrtAllocator])
 def test_each_step_spends_its_own_budget(make):
-    """n̄ = budget / #prompts is passed with every call: a step with another budget (or prompt count) is met exactly."""
+    """n̄ is passed with every call: a step with another mean (or prompt count) meets its own budget exactly."""
     alloc, rng = make(), np.random.default_rng(3)
     for g, n_bar in [(12, 4), (12, 8), (7, 2), (20, 6), (12, 4)]:
         bins = rng.integers(0, 4, size=g)

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 from gdro.data.filtering import _CHUNK, drop_long_prompts, prompt_lengths
 from gdro.data.synthetic import Problem
 from gdro.models import TINY_DIR
-from gdro.rollout.hf import encode_prompts
+from gdro.prompts import encode_prompts
 
 
 @pytest.fixture(scope="module")

@@ -130,3 +130,24 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path):
     assert "written by 2 process(es); resume it with the same number (this run has 1)" in proc.stderr
     assert [r["step"] for r in _rows(two)] == [1, 2, 3, 4]
     assert json.loads((two / "run.json").read_text()) == meta2
+
+
+def test_the_one_process_strategy_does_nothing():
+    """Dist is the one-process form of the strategy: collectives are identities, decisions the plain ones."""
+    from gdro.distributed import Dist
+
+    d, x = Dist(), np.arange(3.0)
+    assert d.all_gather_object("a") == ["a"] and d.broadcast_object(1) == 1 and d.sum_array(x) is x
+    assert d.max_int(4) == 4 and d.grad_scale == 1.0 and not d.shards_model and d.main
+    assert d.filler(torch.nn.Linear(1, 1), 3, np.arange(5)) == []
+    pg, kl, totals = np.ones(2), np.zeros(2), {"loss": 1.0}
+    assert d.reduce_update(pg, kl, totals) == (pg, kl, totals)
+    assert d.stop_requested(True) and not d.stop_requested(False)
+    assert d.main_only(lambda: 7, default=0) == 7
+    ids, bins, n = np.array([5, 6, 7]), np.array([0, 1, 0]), np.array([4, 4, 4])
+    assert d.shard_order(ids, bins, n)[3] == [0, 3]  # one shard: the order as sampled
+    two = Dist(shards=2)  # one process sampling in 2 shards, as 2 processes would
+    ids2, _, n2, bounds = two.shard_order(ids, bins, np.array([2, 8, 2]))
+    assert sorted(ids2.tolist()) == [5, 6, 7] and bounds[-1] == 3 and two.my_shards() == [0, 1]
+    with pytest.raises(ValueError, match="written by 2 process"):
+        d.check_resume(2, "ckpt")

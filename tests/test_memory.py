@@ -19,6 +19,7 @@ from gdro.loss import LossConfig
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     LOGITS_CHUNK_ELEMENTS,
+    Forward,
     OptimConfig,
     _token_logprobs,
     completion_logprobs,
@@ -193,8 +194,9 @@ def test_token_budget_update_equals_row_micro_batches(tiny):
         ref = copy.deepcopy(model).eval().requires_grad_(False)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, ppo_epochs=2, mini_batches=2, **micro)
         opt, sched = cfg.make(policy.parameters())
-        stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0,
-                                   pad_id=tok.pad_token_id, rng=np.random.default_rng(0), ref_model=ref)
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg,
+                                   Forward.bind(cfg, pad_id=tok.pad_token_id, temperature=1.0),
+                                   rng=np.random.default_rng(0), ref_model=ref)
         results.append((stats, losses, dict(policy.named_parameters())))
     (s_a, l_a, p_a), (s_b, l_b, p_b) = results
     assert len(micro_batches(roll, np.arange(len(roll)), 128, 60)) > 2  # really several micro-batches

@@ -13,7 +13,14 @@ from pathlib import Path
 import pytest
 
 from gdro.build import build_components
-from gdro.interfaces import DifficultyClassifier, MetricLogger, PromptSampler, Reward, RolloutAllocator
+from gdro.interfaces import (
+    DifficultyClassifier,
+    MetricLogger,
+    ProblemSource,
+    PromptSampler,
+    Reward,
+    RolloutAllocator,
+)
 from gdro.models import load_model
 from gdro.rollout.base import Generator
 from gdro.rollout.factory import make_engine
@@ -21,7 +28,7 @@ from gdro.tracking import RunLogger
 from tests.conftest import CONF, compose_cfg
 
 PROTOCOLS = {"sampler": PromptSampler, "allocator": RolloutAllocator, "classifier": DifficultyClassifier,
-             "reward": Reward}
+             "reward": Reward, "data": ProblemSource}
 
 
 def _members(proto: type) -> dict[str, object]:

@@ -18,15 +18,14 @@ import numpy as np
 import pytest
 import torch
 
-from gdro import policy
 from gdro.loss import LossConfig, grpo_loss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
+    Forward,
     OptimConfig,
     caches_dropped,
     completion_logprobs,
     group_micro_batches,
-    logprobs_no_grad,
     make_packed_batch,
     make_shared_batch,
     make_token_batch,
@@ -36,6 +35,7 @@ from gdro.policy import (
     ppo_update,
     shared_prefix_logprobs,
 )
+from gdro.policy import forward as policy_forward
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 
@@ -149,8 +149,9 @@ def test_logprobs_no_grad_in_any_micro_batching(tiny, roll, micro, tokens, packe
     """Micro-batches that split groups (3 rows, 1 row, a token budget) or hold them all; rows in a scrambled order."""
     model, tok = tiny
     rows = np.random.default_rng(1).permutation(len(roll))
-    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
-    got = logprobs_no_grad(model, roll, rows, micro, _pad_id(tok), 1.0, tokens, shared_prefix=True, pack=packed)
+    want = Forward(_pad_id(tok), 1.0).logprobs_no_grad(model, roll, rows)
+    fwd = Forward(_pad_id(tok), 1.0, micro, tokens, shared_prefix=True, pack=packed)
+    got = fwd.logprobs_no_grad(model, roll, rows)
     if micro == 3:
         parts = group_micro_batches(roll, rows, micro, tokens)
         assert any(len(set(roll.group_index[p]) & set(roll.group_index[q])) for p in parts for q in parts
@@ -215,8 +216,9 @@ def test_ppo_update_equal(tiny, roll, micro):
         ref = copy.deepcopy(model).eval().requires_grad_(False)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, ppo_epochs=2, mini_batches=2, **how, **micro)
         opt, sched = cfg.make(policy.parameters())
-        stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg, temperature=1.0,
-                                   pad_id=_pad_id(tok), rng=np.random.default_rng(0), ref_model=ref)
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, loss_cfg, cfg,
+                                   Forward.bind(cfg, pad_id=_pad_id(tok), temperature=1.0),
+                                   rng=np.random.default_rng(0), ref_model=ref)
         results.append((stats, losses, dict(policy.named_parameters())))
     for (s_a, l_a, p_a), (s_b, l_b, p_b) in [(results[0], results[1]), (results[0], results[2])]:
         _assert_updates_close(model, s_a, l_a, p_a, s_b, l_b, p_b)
@@ -246,8 +248,9 @@ def test_single_step_update_equal_without_reference(tiny, roll):
         policy = copy.deepcopy(model)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, **how)
         opt, sched = cfg.make(policy.parameters())
-        stats, losses = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
-                                   pad_id=_pad_id(tok), rng=np.random.default_rng(0))
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg,
+                                   Forward.bind(cfg, pad_id=_pad_id(tok), temperature=1.0),
+                                   rng=np.random.default_rng(0))
         out.append((stats, losses, dict(policy.named_parameters())))
     s_a, l_a, p_a = out[0]
     for s_b, l_b, p_b in out[1:]:
@@ -321,8 +324,8 @@ def test_gradient_checkpointing_falls_back(tiny, roll):
         policy = copy.deepcopy(ckpt)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=5, **how)
         opt, sched = cfg.make(policy.parameters())
-        stats, _ = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg, temperature=1.0,
-                              pad_id=_pad_id(tok), rng=np.random.default_rng(0))
+        stats, _ = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg,
+                              Forward.bind(cfg, pad_id=_pad_id(tok), temperature=1.0), rng=np.random.default_rng(0))
         out.append(stats)
     for other in out[1:]:  # (the packed path needs no KV cache: it runs under checkpointing as it is)
         for k in out[0]:
@@ -364,17 +367,17 @@ def test_packable_needs_sdpa_and_a_mask_within_the_limit(tiny, roll, monkeypatch
     pb = make_packed_batch(roll, rows, _pad_id(tok))
     assert pb.mask_elements == pb.attention_mask().numel() > 10
     # a mask over the limit takes the KV-cache path: same values, and no packed forward at all
-    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
-    monkeypatch.setattr(policy, "PACK_MASK_ELEMENTS", 10)
-    monkeypatch.setattr(policy, "packed_logprobs", lambda *a, **k: pytest.fail("packed over the limit"))
-    got = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0, shared_prefix=True, pack=True)
+    want = Forward(_pad_id(tok), 1.0).logprobs_no_grad(model, roll, rows)
+    monkeypatch.setattr(policy_forward, "PACK_MASK_ELEMENTS", 10)
+    monkeypatch.setattr(policy_forward, "packed_logprobs", lambda *a, **k: pytest.fail("packed over the limit"))
+    got = Forward(_pad_id(tok), 1.0, shared_prefix=True, pack=True).logprobs_no_grad(model, roll, rows)
     assert max((w - g).abs().max().item() for w, g in zip(want, got) if len(w)) <= ATOL_LP
     monkeypatch.undo()
     eager, _ = load_model(ModelSpec("tiny", 64, MAX_NEW, attn_implementation="eager"), tokenizer=tok)
     assert not packable(eager, roll, rows)
     # an eager model takes the KV-cache path inside ppo_update / logprobs_no_grad, with the same values
-    want = logprobs_no_grad(model, roll, rows, 128, _pad_id(tok), 1.0)
-    got = logprobs_no_grad(eager, roll, rows, 128, _pad_id(tok), 1.0, shared_prefix=True, pack=True)
+    want = Forward(_pad_id(tok), 1.0).logprobs_no_grad(model, roll, rows)
+    got = Forward(_pad_id(tok), 1.0, shared_prefix=True, pack=True).logprobs_no_grad(eager, roll, rows)
     assert max((w - g).abs().max().item() for w, g in zip(want, got) if len(w)) <= ATOL_LP
 
 

@@ -17,17 +17,9 @@ import pytest
 import torch
 
 from gdro.data.synthetic import CopyTask, Problem, copy_completion, from_hf_dataset, to_hf_dataset
-from gdro.models import (
-    TINY_DIR,
-    ModelSpec,
-    ModelUnavailableError,
-    build_tiny,
-    build_tokenizer,
-    chat_affixes,
-    encode_sft_batch,
-    format_prompt,
-    load_model,
-)
+from gdro.models import TINY_DIR, ModelSpec, ModelUnavailableError, load_model
+from gdro.prompts import format_prompt
+from gdro.tiny import build_tiny, build_tokenizer, chat_affixes, encode_sft_batch
 
 SMALL = CopyTask(train_size=3000)
 

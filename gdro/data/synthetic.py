@@ -34,21 +34,13 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gdro.interfaces import Problem  # the record (defined with the contracts); re-exported here
+
 if TYPE_CHECKING:  # datasets is imported lazily: building problems needs numpy only
     import datasets
 
 DIGITS = "123456789"
 LEVEL_DISTS = ("zipf", "geometric", "uniform")
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One prompt with its gold answer. ``level`` is for analysis only; controllers never read it."""
-
-    uid: str
-    prompt: str
-    answer: str
-    level: int
 
 
 def copy_prompt(digits: str) -> str:

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from gdro.models import autocast_context, cache_kwarg
+from gdro.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups, left_pad
 
 
@@ -74,24 +75,6 @@ def pad_token_id(tokenizer, eos_ids: Sequence[int]) -> int:
     """The tokenizer's pad id, or the first EOS id when it has none."""
     pad = tokenizer.pad_token_id
     return int(pad if pad is not None else eos_ids[0])
-
-
-def encode_prompts(tokenizer, prompts: Sequence[str], *, use_chat_template: bool, max_prompt_len: int) -> list[list[int]]:
-    """Token ids of each prompt, as a single user turn when ``use_chat_template``; too-long prompts are an error."""
-    if use_chat_template:
-        texts = [
-            tokenizer.apply_chat_template([{"role": "user", "content": p}], add_generation_prompt=True, tokenize=False)
-            for p in prompts
-        ]
-    else:
-        texts = list(prompts)
-    ids = tokenizer(texts, add_special_tokens=not use_chat_template)["input_ids"]
-    for i, row in enumerate(ids):
-        if len(row) > max_prompt_len:
-            raise ValueError(
-                f"prompt {i} has {len(row)} tokens > model.max_prompt_len={max_prompt_len}: {prompts[i][:80]!r}..."
-            )
-    return [list(r) for r in ids]
 
 
 def encode_request(tokenizer, prompts: Sequence[str], n: Sequence[int], *, use_chat_template: bool,

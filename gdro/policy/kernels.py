@@ -1,0 +1,91 @@
+"""Log-prob kernels shared by every forward layout: the float32 log-softmax at the sampling temperature, chunked
+over positions when a micro-batch's full-vocabulary logits would not fit, and the one ending every layout uses.
+
+Memory at a large vocabulary (Qwen3: 151,936 tokens). Full-vocabulary float32 logits of a ``(B, L)`` batch take
+``4·B·L·V`` bytes (8 rows × 4,096 tokens: 20 GB), and autograd would keep them for the backward. So a layout
+materialises the logits of a whole micro-batch only while they fit in ``LOGITS_CHUNK_ELEMENTS`` float32 values (the
+tiny model always does: that path is the plain ``log_softmax(logits)``, bit for bit). Past that the LM head and the
+log-softmax run on chunks of real (unpadded) completion positions, each under activation checkpointing
+(``torch.utils.checkpoint``): only one chunk's logits exist at a time, in the forward and in the backward.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.utils.checkpoint import checkpoint
+
+LOGITS_CHUNK_ELEMENTS = 2**26  # float32 logits alive at once (256 MiB): ~440 positions at V = 151,936
+# Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no soft-capping or scaling):
+# only these take the chunked path; any other model computes full logits and chunks the log-softmax only.
+SPLIT_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "llama", "mistral"})
+
+
+def _upcast(logits: torch.Tensor) -> torch.Tensor:
+    """float32 logits (``.float()``: a no-op on float32), float64 ones kept as they are."""
+    return logits if logits.dtype == torch.float64 else logits.float()
+
+
+def _token_logprobs(head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``log_softmax(head(hidden) / T)[token]`` in float32 for ``(n, H)`` hidden states and ``(n,)`` tokens."""
+    logits = _upcast(head(hidden)) / temperature
+    return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def chunked_token_logprobs(head, hidden: torch.Tensor, tokens: torch.Tensor, temperature: float,
+                           chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
+    """``_token_logprobs`` over chunks of ``chunk_elements // V`` positions (at least one), ``(n,)``.
+
+    When a gradient is recorded, each chunk runs under ``torch.utils.checkpoint``: autograd keeps only the chunk's
+    hidden states, and the backward recomputes one chunk's logits at a time, so the logits of all positions never
+    coexist. ``head`` is any module mapping ``(n, H)`` to ``(n, V)`` (an LM head, or identity on logits).
+    """
+    vocab = getattr(head, "out_features", None) or hidden.shape[-1]
+    rows = max(1, chunk_elements // vocab)
+    grad = torch.is_grad_enabled() and (hidden.requires_grad or any(p.requires_grad for p in head.parameters()))
+    parts = []
+    for s in range(0, hidden.shape[0], rows):
+        h, t = hidden[s : s + rows], tokens[s : s + rows]
+        if grad:
+            # no RNG in the head: nothing to replay, so the RNG state is not saved per chunk
+            parts.append(checkpoint(_token_logprobs, head, h, t, temperature, use_reentrant=False,
+                                    preserve_rng_state=False))
+        else:
+            parts.append(_token_logprobs(head, h, t, temperature))
+    return torch.cat(parts) if parts else _upcast(hidden.new_zeros(0))
+
+
+def split_head(model):
+    """``(backbone, lm_head)`` when the model's logits are ``lm_head(backbone(...).last_hidden_state)``, else None."""
+    cfg = getattr(model, "config", None)
+    if getattr(cfg, "model_type", None) not in SPLIT_HEAD_MODEL_TYPES:
+        return None
+    backbone, head = getattr(model, "base_model", model), model.get_output_embeddings()
+    if backbone is model or not isinstance(head, torch.nn.Linear):
+        return None
+    return backbone, head
+
+
+def vocab_size(model, split) -> int:
+    """The width of the model's logits."""
+    return split[1].out_features if split is not None else model.config.vocab_size
+
+
+def completion_token_logprobs(head, states: torch.Tensor, tokens: torch.Tensor, mask: torch.Tensor,
+                              temperature: float, *, full: bool,
+                              chunk_elements: int = LOGITS_CHUNK_ELEMENTS) -> torch.Tensor:
+    """The ending every layout shares: ``(B, L)`` log-probs of ``tokens`` from ``states`` ``(B, L, H)``, the
+    outputs at the positions that predict them (hidden states with the LM ``head``, or logits with an identity).
+
+    ``full`` (the layout's logits fit in ``chunk_elements``): one head application and one float32 log-softmax over
+    the whole batch; otherwise the head and the log-softmax run a chunk of real positions (``mask != 0``) at a time, and
+    padded positions hold 0. With no real position at all the result stays attached to the graph (zero gradient).
+    """
+    if full:
+        logits = _upcast(head(states)) / temperature
+        return torch.log_softmax(logits, dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    real = mask != 0
+    lp = chunked_token_logprobs(head, states[real], tokens[real], temperature, chunk_elements)
+    out = torch.zeros(tokens.shape, dtype=lp.dtype, device=tokens.device)
+    if lp.numel() == 0:  # no completion token at all: keep the output attached to the graph (zero gradient)
+        return out + 0.0 * states.sum().to(lp.dtype)
+    return out.index_put(real.nonzero(as_tuple=True), lp)

@@ -1,0 +1,159 @@
+"""The GRPO policy update (paper Eq. 4–7): clipped-surrogate steps on a ragged rollout batch.
+
+How each forward runs (layouts, micro-batches, processes) is :class:`gdro.policy.forward.Forward`'s; the loss is
+:func:`gdro.loss.grpo_loss`'s. This module holds the schedule: epochs, mini-batches, gradient accumulation with
+mini-batch-wide denominators, clipping, and the per-response losses the controllers read.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gdro.loss import LossConfig, grpo_loss, per_response_mean
+from gdro.policy.config import OptimConfig
+from gdro.policy.forward import Forward
+from gdro.rollout.base import RolloutBatch
+
+
+@dataclass(frozen=True)
+class ResponseLosses:
+    """Per-response token means ``(N,)`` from the first epoch: clipped PG loss (with the advantages the update
+    used) and KL to π_ref (zeros without a reference)."""
+
+    pg: np.ndarray
+    kl: np.ndarray
+
+
+def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: RolloutBatch, adv: torch.Tensor,
+               loss_cfg: LossConfig, optim_cfg: OptimConfig, fwd: Forward, *, rng: np.random.Generator,
+               ref_model=None, local_rows: np.ndarray | None = None) -> tuple[dict[str, float | None], ResponseLosses]:
+    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and per-response losses.
+
+    With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the old log-probs are
+    the current ones (detached): no extra forward pass.
+
+    The per-response losses (from the first epoch) are reductions of the per-token terms the loss itself computed
+    (``grpo_loss``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the clipped PG loss with
+    the advantages ``adv`` as given — and ``kl`` — the token mean of the KL to π_ref (0 without a reference). Rows
+    skipped as zero-advantage have ``pg`` exactly 0.
+
+    Across processes (``fwd.dist``, gdro.distributed): every process holds the whole batch but forwards and
+    backwards only ``local_rows``; the loss's denominators are the whole mini-batch's, the sharded model sums the
+    gradients, and the per-response losses and statistics are summed over processes (each row is computed by one
+    process).
+    """
+    n = len(roll)
+    mine = np.arange(n) if local_rows is None else np.asarray(local_rows, dtype=np.int64)
+    single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
+    old = None if single_step else _by_row(n, mine, fwd.logprobs_no_grad(model, roll, mine))
+    t_ref = time.perf_counter()
+    if loss_cfg.beta_kl > 0 and ref_model is None:
+        raise ValueError("loss.beta_kl > 0 needs a reference model")
+    ref = _by_row(n, mine, fwd.logprobs_no_grad(ref_model, roll, mine)) if loss_cfg.beta_kl > 0 else None
+    t_ref = time.perf_counter() - t_ref
+    skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
+    step = _Update(model, optimizer, roll, adv, loss_cfg, fwd, mine, old, ref)
+    model.train()
+    for epoch in range(optim_cfg.ppo_epochs):
+        order = np.arange(n) if single_step else rng.permutation(n)
+        for mb in np.array_split(order, optim_cfg.mini_batches):
+            if len(mb) == 0:
+                continue
+            rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
+            step.mini_batch(mb, rows, first_epoch=epoch == 0, grad_clip=optim_cfg.grad_clip)
+    scheduler.step()
+    sig_pg, sig_kl, totals = fwd.dist.reduce_update(step.sig_pg, step.sig_kl, step.totals)
+    n_steps = optim_cfg.ppo_epochs * optim_cfg.mini_batches
+    out: dict[str, float | None] = {f"train/{k}": v / n_steps for k, v in totals.items()}
+    if ref is None:
+        out["train/kl"] = None  # no reference model (beta_kl = 0): KL to π_ref is not measured
+    out["train/grad_norm"] = float(np.mean(step.grad_norms)) if step.grad_norms else 0.0
+    out["train/lr"] = float(scheduler.get_last_lr()[0])
+    out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
+    out["time/ref_s"] = t_ref  # the reference model's forward (0 without one)
+    return out, ResponseLosses(pg=sig_pg, kl=sig_kl)
+
+
+@dataclass
+class _Update:
+    """One update's inputs, and the sums its mini-batches add to (per-response losses, statistics, grad norms)."""
+
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    roll: RolloutBatch
+    adv: torch.Tensor
+    loss_cfg: LossConfig
+    fwd: Forward
+    mine: np.ndarray  # the rows this process trains on (all of them in one process)
+    old: list[torch.Tensor | None] | None  # π_old log-probs per row (None: one optimiser step, π_old = π_θ)
+    ref: list[torch.Tensor | None] | None  # π_ref log-probs per row (None: no KL)
+    sig_pg: np.ndarray = field(init=False)
+    sig_kl: np.ndarray = field(init=False)
+    totals: dict[str, float] = field(default_factory=dict)
+    grad_norms: list[float] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sig_pg = np.zeros(len(self.roll), dtype=np.float64)
+        self.sig_kl = np.zeros(len(self.roll), dtype=np.float64)
+        self.is_mine = np.zeros(len(self.roll), dtype=bool)
+        self.is_mine[self.mine] = True
+
+    def mini_batch(self, mb: np.ndarray, rows: np.ndarray, *, first_epoch: bool, grad_clip: float) -> None:
+        """One optimiser step over mini-batch ``mb``, forwarding this process's ``rows`` of it."""
+        lengths, agg = self.roll.lengths, self.loss_cfg.agg
+        # mini-batch-wide denominators: micro-batch losses then sum to the mini-batch loss exactly
+        n_tok = float(lengths[mb].sum())
+        n_seq = float((lengths[mb] > 0).sum()) if agg == "seq-mean-token-mean" else float(len(mb))
+        rows = rows[self.is_mine[rows]]
+        self.optimizer.zero_grad(set_to_none=True)
+        plan = self.fwd.plan(self.model, self.roll, rows, self.mine)
+        for part in plan.filler:  # as many forward/backward passes as the busiest process (a sharded model)
+            logp, _ = self.fwd.logprobs(self.model, self.roll, part)
+            (logp.sum() * 0.0).backward()
+        for part in plan.parts:
+            self.micro_batch(part, n_tok if agg == "token-mean" else n_seq, n_tok, first_epoch)
+        # clip_grad_norm_ with max_norm=inf only measures the norm (0 when no row had gradient)
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip or float("inf"))
+        self.grad_norms.append(float(gn))
+        self.optimizer.step()
+
+    def micro_batch(self, part: np.ndarray, denom: float, n_tok: float, first_epoch: bool) -> None:
+        """Forward and backward of one micro-batch; its statistics and (first epoch) per-response losses."""
+        cfg = self.loss_cfg
+        logp, mask = self.fwd.logprobs(self.model, self.roll, part)
+        width = logp.shape[1]
+        old_lp = logp.detach() if self.old is None else _stack([self.old[i] for i in part], width)
+        ref_lp = None if self.ref is None else _stack([self.ref[i] for i in part], width)
+        loss, stats, terms = grpo_loss(
+            logp, old_lp, self.adv[part].to(logp.device, logp.dtype), mask,
+            clip_low=cfg.clip_low, clip_high=cfg.clip_high, beta_kl=cfg.beta_kl, ref_logp=ref_lp,
+            kl_estimator=cfg.kl_estimator, agg=cfg.agg, denom=denom, token_denom=n_tok, clip_ratio_c=cfg.clip_ratio_c,
+        )
+        # a sharded model averages the gradients over processes; the loss is already normalised by the whole batch
+        (loss * self.fwd.dist.grad_scale).backward()
+        if first_epoch:  # the controllers' per-response losses: reductions of the loss's own terms
+            self.sig_pg[part] = per_response_mean(terms.pg, mask).double().cpu().numpy()
+            if terms.kl is not None:
+                self.sig_kl[part] = per_response_mean(terms.kl, mask).double().cpu().numpy()
+        for k, v in stats.items():
+            self.totals[k] = self.totals.get(k, 0.0) + float(v)
+        self.totals["loss"] = self.totals.get("loss", 0.0) + float(loss.detach())
+
+
+def _by_row(n: int, mine: np.ndarray, lps: list[torch.Tensor]) -> list[torch.Tensor | None]:
+    """Per-row log-probs of ``mine`` placed at their row indices (None for rows of other processes)."""
+    out: list[torch.Tensor | None] = [None] * n
+    for k, i in enumerate(mine):
+        out[int(i)] = lps[k]
+    return out
+
+
+def _stack(rows: list[torch.Tensor], width: int) -> torch.Tensor:
+    buf = torch.zeros(len(rows), width, device=rows[0].device if rows else None)  # where the rows are
+    for j, r in enumerate(rows):
+        buf[j, : len(r)] = r
+    return buf

@@ -1,0 +1,194 @@
+"""Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
+
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12]
+
+Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
+``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
+``_target_`` class names of the resolved config); runs of one method are pooled over seeds.
+
+Only *completed* runs are pooled: ``run.json`` ``"status"`` is ``"completed"``, its ``"last_step"`` is the
+last step in ``metrics.jsonl``, that step is ``config["steps"]`` and every metrics line is a valid JSON
+object. A run written before the trainer recorded a status counts as completed when its last logged step is
+``config["steps"]``. Every other run dir is named with the reason on stderr and beneath the table in
+``table.md``; nothing aborts the report. ``--include-incomplete`` pools the incomplete runs that load (their
+malformed lines dropped), marked; dirs that cannot give a result (a corrupt ``run.json``, an empty
+``metrics.jsonl``, or one holding two runs because a run dir was re-used: the step goes backwards) are always
+left out.
+
+Table: for each method, the final (or best) evaluation row's ``eval/...mean@k`` / ``eval/...pass@k`` metrics,
+overall and per level (``eval/mean@k/level_L``) or per benchmark (``eval/<bench>/pass@k``), as mean ± the
+Student-t 95% half-width over seeds, plus the relative pass@k gain of the method's mean over GRPO's mean
+(``100 * (m - m_GRPO) / m_GRPO``). Written as ``table.md`` and ``table.csv``.
+
+Paired table (``paired.md``, when GRPO and another method are present): per method, the difference to GRPO
+of each headline metric paired by seed (mean ± 95% CI over the seeds both have), the rollouts each run spent, and
+the batch's mean difficulty bin in the first and last quarter of the steps after the unseen phase. With
+``--tail-levels 7-12`` the table gains ``eval/...@k/levels_7-12`` (the mean of those levels, the *hard tail*), and
+the paired table the recovery of the oracle control's tail gain (a method's mean Δ ÷ the oracle's) and the first
+evaluation step at which each run's tail mean@k reaches GRPO's final one (median over the runs that reach it).
+
+Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
+``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
+
+The package: ``runs`` (reading run dirs, completeness, names), ``table`` (the results table), ``paired`` (the
+paired table and the hard tail), ``figures``; this module is the ``gdro-report`` command and re-exports their names.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from gdro.report.figures import (
+    _colors,
+    _over_seeds,
+    make_figures,
+)
+from gdro.report.paired import (
+    ORACLE,
+    add_tail_metrics,
+    mean_bin_drift,
+    paired_comparison,
+    paired_markdown,
+    parse_levels,
+    rollouts_spent,
+    steps_to,
+    tail_name,
+)
+from gdro.report.runs import (
+    BASELINE,
+    DISPLAY_NAMES,
+    METHOD_ORDER,
+    METRIC_KEY,
+    STATUSES,
+    Run,
+    Skipped,
+    UnusableRun,
+    _groups,
+    bin_sort_key,
+    display_name,
+    exclusion_notes,
+    find_runs,
+    is_headline,
+    load_run,
+    metric_sort_key,
+    read_metrics,
+    scan_runs,
+)
+from gdro.report.table import (
+    aggregate,
+    format_cell,
+    format_gain,
+    mean_ci,
+    t975,
+    to_markdown,
+    write_table,
+)
+
+__all__ = [
+    "BASELINE", "DISPLAY_NAMES", "METHOD_ORDER", "METRIC_KEY", "ORACLE", "STATUSES", "Run", "Skipped",
+    "UnusableRun", "_colors", "_groups", "_over_seeds", "add_tail_metrics", "aggregate", "bin_sort_key",
+    "display_name", "exclusion_notes", "find_runs", "format_cell", "format_gain", "is_headline",
+    "load_run", "main", "make_figures", "mean_bin_drift", "mean_ci", "metric_sort_key",
+    "paired_comparison", "paired_markdown", "parse_levels", "read_metrics", "rollouts_spent", "scan_runs",
+    "steps_to", "t975", "tail_name", "to_markdown", "write_table",
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line (its own print the usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console script ``gdro-report``: a usage error is one line (status 2), an unwritable ``--out`` or a full disk
+    one line naming the path (status 74); ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
+    from gdro.ioerrors import is_environment_error, one_line
+
+    try:
+        return _main(argv)
+    except OSError as err:
+        if os.environ.get("HYDRA_FULL_ERROR") == "1" or not is_environment_error(err):
+            raise
+        print(f"gdro-report: {one_line(err)}", file=sys.stderr)
+        return 74
+
+
+def _parser() -> _Parser:
+    ap = _Parser(prog="gdro-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep_dir", type=Path)
+    ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
+    ap.add_argument("--which", choices=("final", "best"), default="final",
+                    help="eval row per run: the last one, or the one with the best overall mean@k")
+    ap.add_argument("--include-incomplete", action="store_true",
+                    help="also pool runs that did not complete (interrupted, failed, running, short or with "
+                         "malformed metrics lines), marked in the table; unreadable runs are still left out")
+    ap.add_argument("--tail-levels", default=None, metavar="LEVELS",
+                    help="the hard tail, e.g. 7-12: adds eval/...@k/levels_7-12 (the mean of those levels) to the "
+                         "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
+    return ap
+
+
+def _main(argv: list[str] | None) -> int:
+    from gdro.ioerrors import check_creatable
+
+    ap = _parser()
+    args = ap.parse_args(argv)
+    try:
+        tail_levels = parse_levels(args.tail_levels) if args.tail_levels else None
+    except ValueError as e:
+        ap.error(f"--tail-levels: {e}")
+    out = args.out or args.sweep_dir / "report"
+    if args.out is not None:  # before the scan lists what it leaves out: a bad --out is the only line
+        if out.exists() and not out.is_dir():
+            ap.error(f"--out {out}: is a file; the report goes into a directory")
+        check_creatable(out)
+    found, skipped = scan_runs(args.sweep_dir)
+    runs = [r for r in found if r.complete or args.include_incomplete]
+    notes, lines = exclusion_notes(found, skipped, args.sweep_dir, include_incomplete=args.include_incomplete)
+    for line in lines:
+        print(f"gdro-report: {line}", file=sys.stderr)
+    if not runs:
+        what = "runs" if args.include_incomplete else "completed runs"
+        print(f"gdro-report: no {what} (dirs with run.json + metrics.jsonl) found under {args.sweep_dir}"
+              + (f"; {len(lines)} left out (above)" if lines else ""), file=sys.stderr)
+        return 2
+    for method, rs in _groups(runs).items():
+        seeds = [r.seed for r in rs]
+        if len(set(map(str, seeds))) < len(seeds):
+            print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
+                  "its runs are pooled as independent samples", file=sys.stderr)
+    tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
+    if tail_levels and not tail_keys:
+        print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "
+              f"levels {tail_levels}; no tail metric", file=sys.stderr)
+    rows = aggregate(runs, which=args.which)
+    md, csv_path = write_table(rows, out, notes=notes)
+    figs = make_figures(runs, out)
+    paired_md = None
+    if any(r.method == BASELINE for r in runs) and len(_groups(runs)) > 1:
+        heads = sorted({k for r in rows for k in r["metrics"] if is_headline(k)}, key=metric_sort_key)
+        keys = heads + tail_keys
+        mean_tail = next((k for k in tail_keys if METRIC_KEY.match(k)["kind"] == "mean"), None)
+        prows, info = paired_comparison(runs, keys, tail_key=mean_tail, which=args.which)
+        paired_md = out / "paired.md"
+        text = paired_markdown(prows, keys, info)
+        paired_md.write_text(
+            f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
+            + text, encoding="utf-8")
+    n_left = sum(line.startswith("left out") for line in lines)
+    print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)"
+          + (f"; {n_left} run dirs left out (listed above and in {md.name})" if n_left else "") + "\n")
+    print(to_markdown(rows))
+    if paired_md is not None:
+        print(f"paired against GRPO:\n\n{text}")
+    print(f"wrote {md}, {csv_path}" + (f", {paired_md.name}" if paired_md else "")
+          + "".join(f", {p.name}" for p in figs))
+    return 0
+

@@ -1,0 +1,193 @@
+"""Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, lead-lag, WSE, mean bin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from gdro.report.runs import (
+    METRIC_KEY,
+    Run,
+    _groups,
+    _label,
+    _method_rank,
+    bin_sort_key,
+    display_name,
+    is_headline,
+    metric_sort_key,
+)
+
+
+def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
+    pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float)) and "step" in r]
+    if not pts:
+        return np.empty(0), np.empty(0)
+    s, v = zip(*pts)
+    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
+
+
+
+def _over_seeds(runs: list[Run], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps, mean over runs and s.d. over runs (0 where only one run has the step)."""
+    by_step: dict[float, list[float]] = {}
+    for run in runs:
+        for s, v in zip(*_series(run, key)):
+            by_step.setdefault(s, []).append(v)
+    steps = np.asarray(sorted(by_step))
+    mean = np.asarray([np.mean(by_step[s]) for s in steps])
+    sd = np.asarray([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
+    return steps, mean, sd
+
+
+
+def _smooth(y: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or len(y) < window:
+        return y
+    kernel = np.ones(window) / window
+    pad = np.pad(y, (window // 2, window - 1 - window // 2), mode="edge")
+    return np.convolve(pad, kernel, mode="valid")
+
+
+
+def _colors(methods: list[str]) -> dict[str, Any]:
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10")
+    return {m: cmap(i % 10) for i, m in enumerate(methods)}
+
+
+
+def _headline_key(runs: list[Run], kind: str) -> str | None:
+    keys = sorted(
+        {k for r in runs for row in r.eval_rows() for k in row
+         if is_headline(k) and METRIC_KEY.match(k)["kind"] == kind},
+        key=metric_sort_key,
+    )
+    return keys[0] if keys else None
+
+
+
+def _style_line_axes(ax, ylabel: str, title: str) -> None:
+    ax.set_xlabel("step")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+
+def _save(fig, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+
+def _fig_eval_curves(runs, groups, colors, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    keys = [k for k in (_headline_key(runs, "mean"), _headline_key(runs, "pass")) if k]
+    if not keys:
+        return False
+    fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for method, rs in groups.items():
+            steps, mean, sd = _over_seeds(rs, key)
+            if len(steps) == 0:
+                continue
+            ax.plot(steps, mean, marker="o", ms=3, color=colors[method], label=f"{display_name(method)} (n={len(rs)})")
+            ax.fill_between(steps, mean - sd, mean + sd, color=colors[method], alpha=0.2, lw=0)
+        _style_line_axes(ax, f"{_label(key)} (%)", f"{_label(key)}: mean over seeds ± 1 s.d.")
+    return _save(fig, path)
+
+
+
+def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
+    """One heatmap (bin × step) per method, its first seed, of the keys ``gdro/<kind>/<bin>`` (or of ``kind``
+    itself when it is a key prefix ending in "/")."""
+    import matplotlib.pyplot as plt
+
+    prefix = kind if kind.endswith("/") else f"gdro/{kind}/"
+    # the first seed (that logs the keys) of each method
+    firsts = [next(r for r in rs if r.has(prefix)) for rs in groups.values() if any(r.has(prefix) for r in rs)]
+    if not firsts:
+        return False
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 0.4 + 2.6 * len(firsts)), squeeze=False)
+    for ax, run in zip(axes[:, 0], firsts):
+        bins = sorted({k[len(prefix):] for r in run.rows for k in r if k.startswith(prefix)}, key=bin_sort_key)
+        train = [r for r in run.rows if any(k.startswith(prefix) for k in r) and "step" in r]
+        steps = [r["step"] for r in train]
+        mat = np.full((len(bins), len(train)), np.nan)
+        for j, r in enumerate(train):
+            for i, b in enumerate(bins):
+                v = r.get(prefix + b)
+                if isinstance(v, (int, float)):
+                    mat[i, j] = v
+        extent = (steps[0] - 0.5, steps[-1] + 0.5, len(bins) - 0.5, -0.5)
+        im = ax.imshow(np.ma.masked_invalid(mat), aspect="auto", interpolation="nearest", cmap="viridis", extent=extent)
+        ax.set_yticks(range(len(bins)))
+        ax.set_yticklabels(bins, fontsize=8)
+        ax.set_ylabel("bin")
+        ax.set_title(f"{display_name(run.method)} (seed {run.seed}, {run.path.parent.name}/{run.path.name}): {title}", fontsize=10)
+        fig.colorbar(im, ax=ax, pad=0.01)
+    axes[-1, 0].set_xlabel("step")
+    return _save(fig, path)
+
+
+
+def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: str, path) -> bool:
+    """Per method: mean over seeds of each (key, linestyle), faint raw and a moving average."""
+    import matplotlib.pyplot as plt
+
+    if not any(r.has(k) for rs in groups.values() for r in rs for k, _ in keys):
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for method, rs in groups.items():
+        for key, style in keys:
+            have = [r for r in rs if r.has(key)]
+            if not have:
+                continue
+            steps, mean, _ = _over_seeds(have, key)
+            ax.plot(steps, mean, color=colors[method], ls=style, alpha=0.2, lw=0.8)
+            ax.plot(steps, _smooth(mean, max(1, len(steps) // 15)), color=colors[method], ls=style, lw=1.6,
+                    label=f"{display_name(method)} {key.split('/')[-1]} (n={len(have)})")
+    _style_line_axes(ax, ylabel, title)
+    return _save(fig, path)
+
+
+
+def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
+    """Write the figures whose keys some run logs; returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    groups = _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+    colors = _colors(list(groups))
+    made = []
+    jobs = [
+        ("eval_curves.png", lambda p: _fig_eval_curves(runs, groups, colors, p)),
+        # every sampler's batch (logged by the classifier); runs from before that key: Prompt-GDRO's own
+        ("bin_share_heatmap.png", lambda p: _fig_heatmap(
+            runs, groups, "difficulty/batch/" if any(r.has("difficulty/batch/") for r in runs) else "share",
+            "share of the batch per difficulty bin", p)),
+        ("mean_bin.png", lambda p: _fig_lines(groups, colors, [("difficulty/batch_mean_bin", "-")],
+                                              "mean bin of the batch (0 = hardest)",
+                                              "difficulty/batch_mean_bin: the batch's mean pass-rate bin", p)),
+        ("weights_heatmap.png", lambda p: _fig_heatmap(runs, groups, "weight", "GDRO weight", p)),
+        ("rollouts_heatmap.png", lambda p: _fig_heatmap(runs, groups, "rollouts", "rollouts per prompt", p)),
+        ("lead_lag.png", lambda p: _fig_lines(groups, colors, [("gdro/lead_lag", "-")], "lead-lag",
+                                              "gdro/lead_lag (mean over seeds; bold = moving average)", p)),
+        ("wse.png", lambda p: _fig_lines(groups, colors, [("gdro/wse", "-"), ("gdro/wse_uniform", "--")], "WSE",
+                                         "gdro/wse (solid) vs gdro/wse_uniform (dashed)", p)),
+    ]
+    for name, job in jobs:
+        if job(out_dir / name):
+            made.append(out_dir / name)
+    return made

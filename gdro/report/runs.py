@@ -1,0 +1,388 @@
+"""Sweep report, the runs: reading run dirs (run.json, metrics.jsonl), which runs are complete, method names and
+metric keys."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DISPLAY_NAMES = {
+    "uniform+fixed": "GRPO",
+    "prompt-gdro+fixed": "Prompt-GDRO",
+    "uniform+rollout-gdro": "Rollout-GDRO",
+    "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
+    "uniform+sqrt": "Square-root",
+    "oracle-levels+fixed": "Oracle: uniform over levels (control)",
+}
+
+
+
+METHOD_ORDER = list(DISPLAY_NAMES)
+
+
+
+BASELINE = "uniform+fixed"
+
+
+
+# eval/[<bench>/](mean|pass)@k[/<sub>]   e.g. eval/pass@8, eval/mean@8/level_3, eval/aime24/pass@16
+METRIC_KEY = re.compile(r"^eval/(?:(?P<prefix>.+?)/)?(?P<kind>mean|pass)@(?P<k>\d+)(?:/(?P<sub>.+))?$")
+
+
+
+def _natural(s: str) -> tuple:
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
+
+
+
+def bin_sort_key(label: str) -> tuple:
+    """Numeric bin labels ascending, then non-numeric ones (e.g. ``unseen``) alphabetically."""
+    try:
+        return (0, float(label), "")
+    except ValueError:
+        return (1, 0.0, label)
+
+
+
+def metric_sort_key(key: str) -> tuple:
+    m = METRIC_KEY.match(key)
+    if m is None:
+        return (2, _natural(key))
+    return (
+        m["sub"] is not None,
+        _natural(m["prefix"] or ""),
+        _natural(m["sub"] or "") if m["sub"] else (),
+        m["kind"] != "mean",
+        int(m["k"]),
+    )
+
+
+
+def is_headline(key: str) -> bool:
+    """An overall metric (``eval/pass@8`` or ``eval/<bench>/pass@8``), not a per-level breakdown."""
+    m = METRIC_KEY.match(key)
+    return m is not None and m["sub"] is None
+
+
+
+def _kebab(class_name: str, suffixes: tuple[str, ...]) -> str:
+    for suf in suffixes:
+        if class_name.endswith(suf) and class_name != suf:
+            class_name = class_name[: -len(suf)]
+            break
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "-", class_name).lower()
+
+
+
+def _component(run_json: dict, group: str, default: str, suffixes: tuple[str, ...]) -> str:
+    choices, config = run_json.get("choices"), run_json.get("config")
+    choice = choices.get(group) if isinstance(choices, dict) else None
+    if choice:
+        return str(choice)
+    node = config.get(group) if isinstance(config, dict) else None
+    target = node.get("_target_") if isinstance(node, dict) else None
+    if target:
+        return _kebab(str(target).rsplit(".", 1)[-1], suffixes)
+    return default
+
+
+
+def display_name(method: str) -> str:
+    return DISPLAY_NAMES.get(method, method)
+
+
+
+def _method_rank(method: str) -> tuple:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
+
+
+
+STATUSES = ("running", "completed", "interrupted", "failed")
+
+
+
+_MAX_BAD_LINES = 5  # bad metrics lines named one by one in a reason
+
+
+
+@dataclass
+class Run:
+    """One run dir: its method, seed, config and metrics rows (malformed lines dropped).
+
+    ``problems`` says why the run is not a *completed* run (empty when it is): a ``status`` other than
+    ``"completed"``, a last logged step short of ``config["steps"]``, or malformed ``metrics.jsonl`` lines.
+    """
+
+    path: Path
+    method: str
+    seed: Any
+    config: dict = field(repr=False)
+    rows: list[dict] = field(repr=False)
+    status: str | None = None  # run.json "status"; None for a run written before the trainer recorded it
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return display_name(self.method)
+
+    @property
+    def complete(self) -> bool:
+        return not self.problems
+
+    @property
+    def label(self) -> str:
+        return f"{self.name} seed {self.seed}"
+
+    def eval_rows(self) -> list[dict]:
+        return [r for r in self.rows if any(METRIC_KEY.match(k) for k in r)]
+
+    def has(self, prefix: str) -> bool:
+        return any(k.startswith(prefix) for r in self.rows for k in r)
+
+
+
+class UnusableRun(ValueError):
+    """A run dir whose files cannot give a result (corrupt run.json, empty metrics, two runs in one file)."""
+
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A run dir left out of the report, and why."""
+
+    path: Path
+    reason: str
+
+
+
+def _step(row: dict) -> float | None:
+    s = row.get("step")
+    return float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else None
+
+
+
+def _fmt_step(s: Any) -> str:
+    return str(int(s)) if isinstance(s, float) and s.is_integer() else str(s)
+
+
+
+def read_metrics(path: Path) -> tuple[list[dict], list[tuple[int, str]], int]:
+    """The JSON-object rows of a ``metrics.jsonl``, its malformed lines as (1-based line number, what is
+    wrong) and the number of its last non-blank line.
+
+    Raises :class:`UnusableRun` when the file is unreadable or empty, has no valid row, or holds more than one
+    run (the step goes backwards: a second run appended to a re-used run dir).
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise UnusableRun(f"{path.name} is unreadable ({err.strerror or err})") from err
+    rows: list[dict] = []
+    bad: list[tuple[int, str]] = []
+    prev: tuple[float, int] | None = None
+    last_line = 0
+    for lineno, raw in enumerate(data.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        last_line = lineno
+        try:
+            row = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            bad.append((lineno, "is not valid UTF-8"))
+            continue
+        except json.JSONDecodeError:
+            bad.append((lineno, "is not valid JSON (truncated?)"))
+            continue
+        if not isinstance(row, dict):
+            bad.append((lineno, "is not a JSON object"))
+            continue
+        step = _step(row)
+        if step is not None:
+            if prev is not None and step < prev[0]:
+                raise UnusableRun(
+                    f"{path.name} holds more than one run: the step goes back from {_fmt_step(prev[0])} "
+                    f"(line {prev[1]}) to {_fmt_step(step)} (line {lineno}), so a second run was appended "
+                    "to a re-used run dir; its rows are not pooled"
+                )
+            prev = (step, lineno)
+        rows.append(row)
+    if not rows:
+        raise UnusableRun(f"{path.name} is empty" if not bad else f"{path.name} has no valid row "
+                          f"({len(bad)} lines malformed: {_bad_lines(bad, None)})")
+    return rows, bad, last_line
+
+
+
+def _bad_lines(bad: list[tuple[int, str]], last_line: int | None) -> str:
+    """``"line 17 is not valid JSON (truncated?); line 20 (the last) ..."`` for the first few bad lines."""
+    parts = [f"line {n}{' (the last)' if n == last_line else ''} {what}" for n, what in bad[:_MAX_BAD_LINES]]
+    if len(bad) > _MAX_BAD_LINES:
+        parts.append(f"and {len(bad) - _MAX_BAD_LINES} more")
+    return "; ".join(parts)
+
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise UnusableRun(f"run.json is unreadable ({err.strerror or err})") from err
+    except UnicodeDecodeError as err:
+        where = f"{err.reason} at byte {err.start}"
+        raise UnusableRun(f"corrupt run.json: {path}: not valid UTF-8 ({where})") from err
+    except json.JSONDecodeError as err:
+        raise UnusableRun(f"corrupt run.json: {path}: {err}") from err
+    if not isinstance(meta, dict):
+        raise UnusableRun(f"corrupt run.json: {path}: not a JSON object")
+    return meta
+
+
+
+def _completion_problems(meta: dict, config: dict, rows: list[dict]) -> list[str]:
+    """Why the run did not finish (empty when it did): the status, and the steps logged against the target."""
+    target = config.get("steps")
+    target = target if isinstance(target, int) and not isinstance(target, bool) else None
+    steps = [s for s in map(_step, rows) if s is not None]
+    logged = _fmt_step(steps[-1]) if steps else None
+    of = f" of {target}" if target is not None else " of ? (run.json has no config.steps)"
+    if "status" not in meta:  # written before the trainer recorded its status: judge by the steps alone
+        if target is not None and steps and steps[-1] == target:
+            return []
+        return [f"no status; last step {logged}{of}"]
+    status, last = meta["status"], meta.get("last_step")
+    if status not in STATUSES:
+        return [f"unknown status {status!r} (expected one of {', '.join(STATUSES)})"]
+    if status != "completed":
+        by = f" ({meta['interrupted_by']})" if status == "interrupted" and meta.get("interrupted_by") else ""
+        also = f" (run.json last_step {last!r})" if last != (steps[-1] if steps else None) else ""
+        error = str(meta.get("error") or "").strip().splitlines()
+        return [f"status {status}{by} at step {logged}{of}{also}" + (f": {error[0]}" if error else "")]
+    reached = target is not None and steps and steps[-1] == target
+    consistent = isinstance(last, (int, float)) and not isinstance(last, bool) and steps and last == steps[-1]
+    if reached and consistent:
+        return []
+    return [f"status completed (last_step {last!r}) but metrics.jsonl ends at step {logged}{of}"]
+
+
+
+def load_run(run_dir: Path) -> Run:
+    """The run in ``run_dir``; :class:`UnusableRun` when its files cannot give a result at all.
+
+    A run that loads but did not finish cleanly has ``problems`` (see :class:`Run`).
+    """
+    run_dir = Path(run_dir)
+    meta = _read_meta(run_dir / "run.json")
+    config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+    rows, bad, last_line = read_metrics(run_dir / "metrics.jsonl")
+    problems = []
+    if bad:
+        msg = "metrics.jsonl: " + _bad_lines(bad, last_line)
+        if bad[-1][0] == last_line:
+            msg += ": the last line is malformed, and the final evaluation may be that row"
+        problems.append(msg)
+    problems += _completion_problems(meta, config, rows)
+    sampler = _component(meta, "sampler", "uniform", ("Sampler",))
+    allocator = _component(meta, "allocator", "fixed", ("Allocator",))
+    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator
+    return Run(
+        path=run_dir,
+        method=label if isinstance(label, str) and label.strip() else f"{sampler}+{allocator}",
+        seed=config.get("seed"),
+        config=config,
+        rows=rows,
+        status=meta.get("status") if isinstance(meta.get("status"), str) else None,
+        problems=problems,
+    )
+
+
+
+def scan_runs(sweep_dir: str | Path) -> tuple[list[Run], list[Skipped]]:
+    """Every run dir (``run.json`` + ``metrics.jsonl``) at or under ``sweep_dir``: the runs that load
+    (complete or not; method order, then seed) and the dirs that cannot give a result, with the reason."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return [], []
+    dirs = sorted({p.parent for p in sweep_dir.rglob("metrics.jsonl") if (p.parent / "run.json").is_file()})
+    runs, skipped = [], []
+    for d in dirs:
+        try:
+            runs.append(load_run(d))
+        except UnusableRun as err:
+            skipped.append(Skipped(d, str(err)))
+    runs.sort(key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path)))
+    return runs, skipped
+
+
+
+def find_runs(sweep_dir: str | Path, *, include_incomplete: bool = False) -> list[Run]:
+    """The completed runs at or under ``sweep_dir`` (plus the incomplete ones that load, if asked)."""
+    runs, _ = scan_runs(sweep_dir)
+    return [r for r in runs if include_incomplete or r.complete]
+
+
+
+def _select_row(run: Run, which: str) -> dict | None:
+    rows = run.eval_rows()
+    if not rows:
+        return None
+    if which == "final":
+        return rows[-1]
+    if which == "best":
+        head = sorted((k for k in rows[-1] if is_headline(k)), key=metric_sort_key)
+        return max(rows, key=lambda r: r.get(head[0], -math.inf)) if head else rows[-1]
+    raise ValueError(f"which must be 'final' or 'best', got {which!r}")
+
+
+
+def _label(key: str) -> str:
+    return key.removeprefix("eval/")
+
+
+
+def _groups(runs: list[Run]) -> dict[str, list[Run]]:
+    out: dict[str, list[Run]] = {}
+    for r in runs:
+        out.setdefault(r.method, []).append(r)
+    return out
+
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        rel = str(Path(path).relative_to(root))
+    except ValueError:
+        return str(path)
+    return str(path) if rel == "." else rel
+
+
+
+def exclusion_notes(runs: list[Run], skipped: list[Skipped], root: str | Path, *,
+                    include_incomplete: bool) -> tuple[str, list[str]]:
+    """Markdown sections naming every run dir not pooled as a completed run, with the reason, and the same as
+    one line per run dir (for stderr). Both empty when every run completed and has an evaluation row."""
+    root = Path(root)
+    left, included = [], []
+    for run in runs:
+        if not run.complete:
+            (included if include_incomplete else left).append(f"`{_rel(run.path, root)}`: {run.label}: "
+                                                              + "; ".join(run.problems))
+    for sk in skipped:
+        left.append(f"`{_rel(sk.path, root)}`: {sk.reason}")
+    for run in runs:
+        if (run.complete or include_incomplete) and not run.eval_rows():
+            left.append(f"`{_rel(run.path, root)}`: {run.label}: no evaluation row in metrics.jsonl")
+    sections, lines = [], []
+    if left:
+        hint = "" if include_incomplete else " (`--include-incomplete` adds the incomplete runs that load)"
+        sections.append(f"## Runs left out of the table\n\nOnly completed runs are pooled{hint}.\n\n"
+                        + "".join(f"- {x}\n" for x in left))
+        lines += [f"left out: {x}" for x in left]
+    if included:
+        sections.append("## Incomplete runs in the table (`--include-incomplete`)\n\n"
+                        + "".join(f"- {x}\n" for x in included))
+        lines += [f"included although incomplete: {x}" for x in included]
+    return "\n".join(sections), lines

@@ -1,0 +1,167 @@
+"""Sweep report, the results table: mean ± Student-t 95% CI over seeds per method, as table.md and table.csv."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from gdro.report.runs import (
+    BASELINE,
+    METRIC_KEY,
+    Run,
+    _label,
+    _method_rank,
+    _select_row,
+    display_name,
+    is_headline,
+    metric_sort_key,
+)
+
+# Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30.
+_T975 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+
+_T975_LARGE = ((120, 1.980), (60, 2.000), (40, 2.021), (30, 2.042))
+
+
+
+def t975(df: int) -> float:
+    """t_{0.975, df}: exact table for df 1-30, the nearest smaller tabulated df up to 120 (conservative), 1.96 beyond."""
+    if df < 1:
+        raise ValueError(f"df must be >= 1, got {df}")
+    if df <= 30:
+        return _T975[df - 1]
+    if df > 120:
+        return 1.96
+    return next(t for d, t in _T975_LARGE if df >= d)
+
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, int]:
+    """(mean, 95% CI half-width, n); the half-width is NaN when n < 2."""
+    vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
+    n = len(vals)
+    if n == 0:
+        return math.nan, math.nan, 0
+    m = float(vals.mean())
+    if n == 1:
+        return m, math.nan, 1
+    return m, t975(n - 1) * float(vals.std(ddof=1)) / math.sqrt(n), n
+
+
+
+def aggregate(runs: list[Run], *, which: str = "final") -> list[dict]:
+    """One row per method (GRPO first) over its runs' final (or best-mean@k) evaluation rows.
+
+    Each row: ``method``, ``name``, ``n`` (runs with an eval row), ``seeds``, ``incomplete`` (how many of
+    those runs are not completed runs: only when such runs are passed in), ``metrics`` ({key: (mean, ci, n)},
+    ci NaN when n < 2, keys in display order) and ``gain`` ({headline pass@k key: % over GRPO's mean, or None}).
+    """
+    by_method: dict[str, list[dict]] = {}
+    seeds: dict[str, list] = {}
+    incomplete: dict[str, int] = {}
+    for run in runs:
+        row = _select_row(run, which)
+        if row is None:
+            continue
+        by_method.setdefault(run.method, []).append(row)
+        seeds.setdefault(run.method, []).append(run.seed)
+        incomplete[run.method] = incomplete.get(run.method, 0) + (not run.complete)
+    out = []
+    for method in sorted(by_method, key=_method_rank):
+        rows = by_method[method]
+        keys = sorted(
+            {k for r in rows for k, v in r.items() if METRIC_KEY.match(k) and isinstance(v, (int, float))},
+            key=metric_sort_key,
+        )
+        metrics = {k: mean_ci([r[k] for r in rows if isinstance(r.get(k), (int, float))]) for k in keys}
+        out.append({"method": method, "name": display_name(method), "n": len(rows), "seeds": seeds[method],
+                    "incomplete": incomplete[method], "metrics": metrics, "gain": {}})
+    base = next((r for r in out if r["method"] == BASELINE), None)
+    for r in out:
+        for key, (m, _, _) in r["metrics"].items():
+            if not (is_headline(key) and METRIC_KEY.match(key)["kind"] == "pass"):
+                continue
+            g = base["metrics"].get(key, (math.nan,))[0] if base else math.nan
+            r["gain"][key] = 100.0 * (m - g) / g if math.isfinite(g) and g != 0 and math.isfinite(m) else None
+    return out
+
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    return sorted({k for r in rows for k in r["metrics"]}, key=metric_sort_key)
+
+
+
+def format_cell(mean: float, ci: float, n: int, digits: int = 1) -> str:
+    if n == 0 or not math.isfinite(mean):
+        return "–"
+    if n == 1:
+        return f"{mean:.{digits}f} (n=1)"
+    return f"{mean:.{digits}f} ± {ci:.{digits}f}"
+
+
+
+def format_gain(g: float | None) -> str:
+    return "–" if g is None else f"{g:+.1f}%"
+
+
+
+def to_markdown(rows: list[dict]) -> str:
+    cols = _columns(rows)
+    header = ["Method", "n"]
+    for k in cols:
+        header.append(_label(k))
+        if k in {g for r in rows for g in r["gain"]}:
+            header.append(f"Δ{_label(k)} vs GRPO")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    gain_keys = {g for r in rows for g in r["gain"]}
+    for r in rows:
+        cells = [r["name"], str(r["n"]) + (f" ({r['incomplete']} incomplete)" if r.get("incomplete") else "")]
+        for k in cols:
+            cells.append(format_cell(*r["metrics"].get(k, (math.nan, math.nan, 0))))
+            if k in gain_keys:
+                cells.append("–" if r["method"] == BASELINE else format_gain(r["gain"].get(k)))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+
+def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tuple[Path, Path]:
+    """Write ``table.md`` (the table, then ``notes``) and ``table.csv`` (``n_incomplete``, ``<metric>_mean``,
+    ``_ci``, ``_n``, ``<pass key>_gain_pct``)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md = out_dir / "table.md"
+    md.write_text(to_markdown(rows) + (f"\n{notes}" if notes else ""), encoding="utf-8")
+    cols = _columns(rows)
+    gain_keys = sorted({g for r in rows for g in r["gain"]}, key=metric_sort_key)
+    header = ["method", "name", "n_seeds", "seeds", "n_incomplete"]
+    for k in cols:
+        header += [f"{_label(k)}_mean", f"{_label(k)}_ci", f"{_label(k)}_n"]
+    header += [f"{_label(k)}_gain_pct" for k in gain_keys]
+
+    def num(x: float | None) -> str:
+        return "" if x is None or not math.isfinite(x) else repr(float(x))
+
+    path = out_dir / "table.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        for r in rows:
+            line = [r["method"], r["name"], r["n"], " ".join(str(s) for s in r["seeds"]),
+                    r.get("incomplete", 0)]
+            for k in cols:
+                m, ci, n = r["metrics"].get(k, (math.nan, math.nan, 0))
+                line += [num(m), num(ci), n]
+            line += [num(r["gain"].get(k)) for k in gain_keys]
+            w.writerow(line)
+    return md, path

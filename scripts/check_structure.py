@@ -1,0 +1,102 @@
+"""Structural checks of gdro/ measured from the files (issue 21): function lengths, the two central functions, and
+imports that go up a floor. Exit status 1 when a limit is broken.
+
+    python scripts/check_structure.py            # longest functions, Trainer._fit, ppo_update, upward imports
+    python scripts/check_structure.py --top 20   # more of the longest functions
+
+A function's length is ``end_lineno - lineno + 1`` of its ``def`` (decorators excluded, docstring included). The
+floors are those of docs/architecture.md: a module may import only from its own floor or below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PKG = ROOT / "gdro"
+MAX_FUNCTION = 80
+CENTRAL = {("gdro/trainer.py", "Trainer._fit"): 60, ("gdro/policy/update.py", "ppo_update"): 60}
+
+# docs/architecture.md, "Layers": each module's floor (a package's modules share its floor unless listed)
+FLOORS = {
+    0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate"],  # records, contracts, math
+    1: ["difficulty", "samplers", "allocators", "oracle"],  # stateful controllers
+    2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint"],  # I/O without a model
+    3: ["models", "tiny", "qwen3", "rollout", "evaluation"],  # models and rollout engines
+    4: ["distributed", "policy"],  # the execution layer: how a step runs
+    5: ["trainer"],  # the loop
+    6: ["build"],  # the composition root
+    7: ["cli", "evaluator", "report", "rescore", "paper_table"],  # entry points
+}
+FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+
+
+def floor(module: str) -> int | None:
+    parts = module.split(".")
+    return FLOOR_OF.get(parts[1]) if len(parts) > 1 and parts[0] == "gdro" else None
+
+
+def functions(tree: ast.AST, prefix: str = ""):
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield f"{prefix}{node.name}", node.end_lineno - node.lineno + 1
+            yield from functions(node, f"{prefix}{node.name}.")
+        elif isinstance(node, ast.ClassDef):
+            yield from functions(node, f"{prefix}{node.name}.")
+
+
+def imports(tree: ast.AST):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            yield node.lineno, node.module
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--top", type=int, default=8, help="how many of the longest functions to list")
+    args = ap.parse_args()
+    lengths, upward, unplaced = [], [], []
+    for path in sorted(PKG.rglob("*.py")):
+        rel, mod = path.relative_to(ROOT).as_posix(), module_name(path)
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        lengths += [(n, rel, name) for name, n in functions(tree)]
+        mine = floor(mod)
+        if mine is None and mod != "gdro":
+            unplaced.append(rel)
+            continue
+        for line, target in imports(tree):
+            theirs = floor(target)
+            if mine is not None and theirs is not None and theirs > mine:
+                upward.append(f"{rel}:{line} (floor {mine}) imports {target} (floor {theirs})")
+    lengths.sort(reverse=True)
+    failed = False
+    print(f"longest functions in gdro/ (limit {MAX_FUNCTION} lines):")
+    for n, rel, name in lengths[: args.top]:
+        print(f"  {n:4d}  {rel}:{name}")
+    over = [x for x in lengths if x[0] > MAX_FUNCTION]
+    failed |= bool(over)
+    for (rel, name), limit in CENTRAL.items():
+        n = next((n for n, r, f in lengths if r == rel and f == name), None)
+        print(f"{rel}:{name}: {n} lines (limit {limit})")
+        failed |= n is None or n > limit
+    print(f"imports from a higher floor: {len(upward)}")
+    for u in upward:
+        print("  " + u)
+    if unplaced:
+        print("modules on no floor (add them to FLOORS): " + ", ".join(unplaced))
+    failed |= bool(upward) or bool(unplaced)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
