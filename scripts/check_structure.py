@@ -24,7 +24,7 @@ CENTRAL = {("gdro/trainer.py", "Trainer._fit"): 60, ("gdro/policy/update.py", "p
 FLOORS = {
     0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate"],  # records, contracts, math
     1: ["difficulty", "samplers", "allocators", "oracle"],  # stateful controllers
-    2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint"],  # I/O without a model
+    2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint", "ioerrors", "rundir"],  # I/O without a model
     3: ["models", "tiny", "qwen3", "rollout", "evaluation"],  # models and rollout engines
     4: ["distributed", "policy"],  # the execution layer: how a step runs
     5: ["trainer"],  # the loop
