@@ -114,6 +114,21 @@ def check_engine(engine_cfg: Any) -> None:
         raise ConfigError(str(err)) from err
 
 
+def wandb_identity(choices: dict[str, str] | None, seed: int) -> tuple[str | None, tuple[str, ...]]:
+    """The W&B group and tags of a run: in a Hydra multirun the sweep's name (the name of its dir) is the group, so
+    a sweep is one W&B group; the tags are the config choices that tell runs apart (``sampler:prompt-gdro``,
+    ``allocator:fixed``, ``model:qwen3-1.7b``, ``experiment:paper``, ...) and the seed."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    group = None
+    if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
+        group = Path(str(HydraConfig.get().sweep.dir)).name
+    keys = ("experiment", "model", "data", "sampler", "allocator", "rollout")
+    tags = tuple(f"{k}:{choices[k]}" for k in keys if choices and choices.get(k) not in (None, "null"))
+    return group, (*tags, f"seed:{seed}")
+
+
 def run_name(choices: dict[str, str] | None, seed: int) -> str:
     """A W&B run name from the config choices, e.g. ``tiny-copy-uniform-fixed-s0``."""
     if not choices:
@@ -335,12 +350,15 @@ def open_run_dir(run_dir: Path, cfg: DictConfig, meta: dict[str, Any], ckpt_meta
 
 
 def make_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[str, Any], record: RunRecord | None,
-                ckpt_meta: dict[str, Any] | None, dist: Dist) -> MetricLogger:
+                ckpt_meta: dict[str, Any] | None, dist: Dist, choices: dict[str, str] | None = None,
+                seed: int = 0) -> MetricLogger:
     """Making the logger: metrics.jsonl and W&B on the main process (on a resume, metrics.jsonl cut back to where
-    the checkpoint left it, and the same W&B run), a silent one on the others."""
+    the checkpoint left it, and the same W&B run; a sweep one W&B group, each run tagged with its choices), a silent
+    one on the others."""
+    group, tags = wandb_identity(choices, seed)
     return dist.main_only(lambda: RunLogger(
         run_dir, cfg, run_name=run_name, config=meta, truncate_to=ckpt_meta["metrics_bytes"] if ckpt_meta else None,
-        wandb_id=record.data["wandb_id"],
+        wandb_id=record.data["wandb_id"], group=group, tags=tags,
     ), default=distributed.SilentLogger(run_dir))
 
 
@@ -368,7 +386,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
                          reference=comp.loss.beta_kl > 0)
     try:
         logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
-                             ckpt_meta=ckpt_meta, dist=dist)
+                             ckpt_meta=ckpt_meta, dist=dist, choices=choices, seed=run.seed)
     except ValueError as err:  # metrics.jsonl shorter than its checkpoint recorded
         raise ConfigError(f"cannot resume {ckpt}: {err}") from err
     sampling = comp.rollout.sampling(spec.max_new_tokens)

@@ -32,8 +32,8 @@ class LoggerConfig:
     wandb_mode: str = "auto"  # auto | online | offline | disabled
     project: str = "gdro"
     entity: str | None = None
-    group: str | None = None
-    tags: tuple[str, ...] = ()
+    group: str | None = None  # null: in a multirun, the sweep's name (its dir), so a sweep is one W&B group
+    tags: tuple[str, ...] = ()  # more tags; the run's config choices and seed are always tagged
     init_timeout_s: float = 30.0  # online init gives up after this and falls back to offline
 
     def __post_init__(self) -> None:
@@ -91,7 +91,8 @@ class RunLogger:
     """
 
     def __init__(self, run_dir: Path, cfg: LoggerConfig, *, run_name: str, config: dict[str, Any],
-                 truncate_to: int | None = None, wandb_id: str | None = None):
+                 truncate_to: int | None = None, wandb_id: str | None = None, group: str | None = None,
+                 tags: tuple[str, ...] = ()):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -105,6 +106,7 @@ class RunLogger:
         self._fh = self.path.open("a", encoding="utf-8")
         self.wandb_run = None
         self.wandb_id = wandb_id
+        self.group, self.tags = cfg.group or group, tuple(dict.fromkeys((*tags, *cfg.tags)))
         self.mode = resolve_wandb_mode(cfg.wandb_mode)
         if self.mode != "disabled":
             self.wandb_run = self._init_wandb(cfg, run_name, config)
@@ -118,7 +120,7 @@ class RunLogger:
         import wandb
 
         kwargs = {
-            "project": cfg.project, "entity": cfg.entity, "group": cfg.group, "tags": list(cfg.tags), "name": name,
+            "project": cfg.project, "entity": cfg.entity, "group": self.group, "tags": list(self.tags), "name": name,
             "config": config, "dir": str(self.run_dir), "reinit": "finish_previous",
             "settings": wandb.Settings(init_timeout=cfg.init_timeout_s, console="off", silent=True),
         }

@@ -290,18 +290,21 @@ def main() -> None:
         (out / "summary.md").write_text("\n".join(summary) + "\n")
         print("\n".join(summary))
         return
-    summary += ["", "## eval\n", "| preset | wall s | peak MiB |", "|---|---:|---:|"]
+    summary += ["", "## eval\n", "| preset | wall s (generated tokens/s) | peak MiB |", "|---|---:|---:|"]
     first = sweeps[next(iter(sweeps))]
-    eval_dirs = {}
     for preset, run_dir in sorted(run_dirs(first).items()):
-        dest = out / f"eval-{preset}"
+        dest = run_dir / "eval"  # kept in the run dir: gdro-report lays these out as Table 1
         secs, peaks = run(eval_cmd(args, run_dir / "checkpoint", dest), out / f"eval-{preset}.log")
-        eval_dirs[LABELS.get(preset, preset)] = dest
-        summary.append(f"| {LABELS.get(preset, preset)} | {secs:.0f} | {peaks[0] if peaks else 0:.0f} |")
-    from gdro import paper_table
-
-    summary += ["", "## Table 1 (this rehearsal: random weights, a few steps; the paper's rows for reference)\n",
-                paper_table.markdown(paper_table.from_eval_dirs(eval_dirs))]
+        tok = json.loads((dest / "eval.json").read_text())["metrics"]
+        n = tok["eval/n_problems"] * 8 * sum(m for k, m in tok.items() if k.endswith("/len_mean")) / max(
+            sum(1 for k in tok if k.endswith("/len_mean")), 1)
+        summary.append(f"| {LABELS.get(preset, preset)} | {secs:.0f} ({n / secs:.0f} tokens/s) | "
+                       f"{peaks[0] if peaks else 0:.0f} |")
+    secs, _ = run([sys.executable, "-m", "gdro.report", str(first), "--wandb"], out / "report.log",
+                  {"WANDB_MODE": "offline"})
+    summary += ["", f"## report ({secs:.0f} s: gdro-report {first.name} --wandb; its W&B run joins the sweep's group)\n",
+                "### Table 1 (this rehearsal: random weights, a few steps; the paper's rows for reference)\n",
+                (first / "report" / "table1.md").read_text()]
     summary.append(f"\nTotal: {time.perf_counter() - t_all:.0f} s")
     (out / "summary.md").write_text("\n".join(summary) + "\n")
     print("\n".join(summary))

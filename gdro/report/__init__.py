@@ -1,6 +1,6 @@
 """Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
 
-    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12]
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12] [--wandb]
 
 Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
 ``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
@@ -42,6 +42,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from gdro.report.table1 import log_to_wandb, write_table1
 from gdro.report.figures import (
     _colors,
     _over_seeds,
@@ -132,6 +133,8 @@ def _parser() -> _Parser:
     ap.add_argument("--tail-levels", default=None, metavar="LEVELS",
                     help="the hard tail, e.g. 7-12: adds eval/...@k/levels_7-12 (the mean of those levels) to the "
                          "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
+    ap.add_argument("--wandb", action="store_true",
+                    help="also log the report (tables, Table 1, figures) to the sweep's W&B group (gdro/report/table1.py)")
     return ap
 
 
@@ -188,7 +191,12 @@ def _main(argv: list[str] | None) -> int:
     print(to_markdown(rows))
     if paired_md is not None:
         print(f"paired against GRPO:\n\n{text}")
-    print(f"wrote {md}, {csv_path}" + (f", {paired_md.name}" if paired_md else "")
-          + "".join(f", {p.name}" for p in figs))
+    table1 = write_table1(runs, out)  # from gdro-eval results kept in the run dirs (<run>/eval/eval.json)
+    if table1 is not None:
+        print(table1.read_text(encoding="utf-8"))
+    written = [md, csv_path, *([paired_md] if paired_md else []), *([table1] if table1 else []), *figs]
+    print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
+    if args.wandb:
+        print(f"logged the report to the sweep's W&B group: {log_to_wandb(args.sweep_dir, out, runs, written)}")
     return 0
 
