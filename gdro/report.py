@@ -876,7 +876,7 @@ def main(argv: list[str] | None = None) -> int:
         return 74
 
 
-def _main(argv: list[str] | None) -> int:
+def _parser() -> _Parser:
     ap = _Parser(prog="gdro-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("sweep_dir", type=Path)
     ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
@@ -888,11 +888,23 @@ def _main(argv: list[str] | None) -> int:
     ap.add_argument("--tail-levels", default=None, metavar="LEVELS",
                     help="the hard tail, e.g. 7-12: adds eval/...@k/levels_7-12 (the mean of those levels) to the "
                          "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
+    return ap
+
+
+def _main(argv: list[str] | None) -> int:
+    from gdro.ioerrors import check_creatable
+
+    ap = _parser()
     args = ap.parse_args(argv)
     try:
         tail_levels = parse_levels(args.tail_levels) if args.tail_levels else None
     except ValueError as e:
         ap.error(f"--tail-levels: {e}")
+    out = args.out or args.sweep_dir / "report"
+    if args.out is not None:  # before the scan lists what it leaves out: a bad --out is the only line
+        if out.exists() and not out.is_dir():
+            ap.error(f"--out {out}: is a file; the report goes into a directory")
+        check_creatable(out)
     found, skipped = scan_runs(args.sweep_dir)
     runs = [r for r in found if r.complete or args.include_incomplete]
     notes, lines = exclusion_notes(found, skipped, args.sweep_dir, include_incomplete=args.include_incomplete)
@@ -908,9 +920,6 @@ def _main(argv: list[str] | None) -> int:
         if len(set(map(str, seeds))) < len(seeds):
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
                   "its runs are pooled as independent samples", file=sys.stderr)
-    out = args.out or args.sweep_dir / "report"
-    if out.exists() and not out.is_dir():
-        ap.error(f"--out {out}: is a file; the report goes into a directory")
     tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
     if tail_levels and not tail_keys:
         print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "
