@@ -60,7 +60,7 @@ def known_benchmarks() -> list[str]:
 class EvalAppConfig:
     """gdro-eval's own keys (conf/eval_app.yaml; the groups model, eval, reward and rollout are components)."""
 
-    benchmarks: list[Any]  # the suite: entries {name, data_files, ...} (conf/suite/*.yaml), checked by _entries
+    benchmarks: Any  # a list: the suite: entries {name, data_files, ...} (conf/suite/*.yaml), checked by _entries
     checkpoint: str | None = None  # a model directory (e.g. <run_dir>/checkpoint) replacing model.name_or_path
     out: str | None = None  # where eval.json, eval.md and samples.jsonl go (null: the Hydra run dir)
     threads: int | None = None  # torch CPU threads (null: torch's default)
