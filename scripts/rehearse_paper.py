@@ -162,10 +162,11 @@ def phase_checks(args, out: Path) -> list[str]:
     return lines
 
 
-def train_cmd(args, engine: str, procs: int, sweep: Path) -> tuple[list[str], dict[str, str]]:
+def train_cmd(args, engine: str, procs: int, sweep: Path, presets: str = PRESETS) -> tuple[list[str], dict[str, str]]:
     py = args.vllm_python if engine == "vllm" else sys.executable
     launch = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)] if procs > 1 else [py]
-    cmd = [*launch, "-m", "gdro.cli", "-m", PRESETS, f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
+    subdir = [f"hydra.sweep.subdir={presets.split('=')[1]}"] if "," not in presets else []
+    cmd = [*launch, "-m", "gdro.cli", "-m", presets, *subdir, f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
            f"data.data_files={args.realdata / 'dapo_math_processed_sample.jsonl'}",
            f"data.test_data_files={args.realdata / 'math500.jsonl'}", f"steps={args.steps}",
            f"prompts_per_step={args.prompts}", "rollouts_per_prompt=4", "dist.shards=2", "eval.every=0",
@@ -271,8 +272,15 @@ def main() -> None:
     for engine in args.engines.split(","):
         for procs in map(int, args.procs.split(",")):
             sweep = out / f"train-{engine}-p{procs}"
-            cmd, env = train_cmd(args, engine, procs, sweep)
-            secs, peaks = run(cmd, out / f"train-{engine}-p{procs}.log", env)
+            # vLLM in several processes: one torchrun per preset. In one torchrun the jobs of a multirun run in the same
+            # processes, and the third job's process-group init hung after two vLLM engines (measured here; the
+            # known remedy is a launcher that gives each job its own processes, hydra/launcher=submitit_local)
+            presets = [f"experiment={p}" for p in LABELS] if engine == "vllm" and procs > 1 else [PRESETS]
+            secs, peaks = 0.0, []
+            for i, preset_arg in enumerate(presets):
+                cmd, env = train_cmd(args, engine, procs, sweep, preset_arg)
+                s_, p_ = run(cmd, out / f"train-{engine}-p{procs}{f'-{i}' if len(presets) > 1 else ''}.log", env)
+                secs, peaks = secs + s_, sorted({*peaks, *p_}, reverse=True)
             runs = run_dirs(sweep)
             tps = ", ".join(f"{LABELS.get(p, p)} {tokens_per_s(r):.0f}" for p, r in sorted(runs.items()))
             summary.append(f"| {engine} | {procs} | {secs:.0f} | {tps} | {', '.join(f'{m:.0f}' for m in peaks)} |")
