@@ -69,8 +69,14 @@ class EvalAppConfig:
     def __post_init__(self) -> None:
         from gdro.models import check_placement
 
-        if self.checkpoint is not None and not (Path(str(self.checkpoint)) / "config.json").is_file():
-            raise ValueError(f"checkpoint is not a model directory (no config.json), got {self.checkpoint!r}")
+        if self.checkpoint is not None:
+            from gdro.models import model_dir_problem
+
+            problem = model_dir_problem(str(self.checkpoint))  # a run dir, a save cut short, cut weights: named
+            if problem is not None:
+                raise ValueError(problem)
+            if not (Path(str(self.checkpoint)) / "config.json").is_file():
+                raise ValueError(f"checkpoint is not a model directory (no config.json), got {self.checkpoint!r}")
         check_placement(self.threads, self.device)  # the same check as gdro-train's
 
 
@@ -142,11 +148,6 @@ def build_plan(cfg: DictConfig) -> EvalPlan:
     app, parts = validate_config(cfg, GROUPS, EvalAppConfig)  # keys, types, ranges: one-line errors
     check_engine(parts["rollout"])
     if app.checkpoint is not None:
-        from gdro.models import model_dir_problem
-
-        problem = model_dir_problem(str(app.checkpoint))
-        if problem is not None:
-            raise ConfigError(f"checkpoint: {problem}")
         parts["model"] = dataclasses.replace(parts["model"], name_or_path=str(app.checkpoint))
     entries = _entries(app.benchmarks)
     benchmarks, reports, golds = {}, {}, {}

@@ -145,6 +145,20 @@ def _alive_here(holder: dict[str, Any]) -> bool:
     return holder.get("pid_start") in (None, _pid_start(pid))
 
 
+RECORD_GRACE_S = 2.0  # a holder that has just taken the lock writes its record a moment later
+
+
+def _holder_record(fd: int) -> dict[str, Any] | None:
+    """The holder's record, read again for up to RECORD_GRACE_S while it is not yet written: two starts at the same
+    moment would otherwise refuse without naming the holder (seen once in 6 under load in CI)."""
+    deadline = time.monotonic() + RECORD_GRACE_S
+    while True:
+        found = _read(fd)
+        if found is not None or time.monotonic() >= deadline:
+            return found
+        time.sleep(0.05)
+
+
 def _read(fd: int) -> dict[str, Any] | None:
     """The record in the lock file (None: empty, or unreadable -- e.g. read while its holder rewrote it)."""
     try:
@@ -232,7 +246,7 @@ class RunDirLock:
                 fcntl_unlock(fd)
             waited = time.monotonic() - t0
             if waited >= self.wait_s:
-                raise RunDirLocked(self.run_dir, holder or _read(fd), waited)
+                raise RunDirLocked(self.run_dir, holder or _holder_record(fd), waited)
             time.sleep(min(self.poll_s, self.wait_s - waited))
 
     def _try_lock(self, fd: int) -> bool:
