@@ -51,6 +51,7 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 from sympy.matrices import MatrixBase
 
 BOXED = "\\boxed{"
+PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify reads and compares exactly: nothing to prepare
 ALT_SEP = " ||| "  # separates the alternatives of one gold ("3 ||| 5": either is correct)
 LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
 
@@ -197,7 +198,7 @@ class GoldTable:
 
     def add(self, golds: Iterable[str]) -> GoldTable:
         for gold in golds:
-            if isinstance(gold, str) and gold not in self.golds and not _PLAIN_INT.fullmatch(gold.strip()):
+            if isinstance(gold, str) and gold not in self.golds and not PLAIN_INT.fullmatch(gold.strip()):
                 self.golds[gold] = prepare_gold(gold)
         return self
 
@@ -221,9 +222,6 @@ class GoldTable:
 
     def merged(self, other: GoldTable) -> GoldTable:
         return GoldTable({**self.golds, **other.golds})
-
-
-_PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # math-verify reads these exactly: nothing to prepare
 
 
 def prepare_golds(golds: Iterable[Any]) -> GoldTable:

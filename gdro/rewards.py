@@ -108,6 +108,8 @@ from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, veri
 from sympy.matrices import MatrixBase
 
 from gdro.golds import (
+    BOXED,
+    PLAIN_INT,
     ALT_SEP,
     Gold,
     GoldTable,
@@ -138,8 +140,8 @@ _MAX_DIGITS = 100_000
 _MAX_DEPTH = 100  # an expression tree deeper than this is not measured: rejected like a too large one
 _MAX_TIMEOUT_S = 86_400.0  # setitimer overflows near 1e12 s; a day is far beyond any useful deadline
 _LOG10_2 = math.log10(2)
-_BOXED = "\\boxed{"
-_PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify compares exactly (fast reject path)
+_BOXED = BOXED
+_PLAIN_INT = PLAIN_INT  # integers math-verify compares exactly (fast reject path)
 # A decimal literal with an E exponent of 6+ digits ("2E852868", "1.5E+900000", "2E-852868"): sympy turns it into an
 # exact number in one C call that the deadline cannot interrupt (measured 6-28 s; one such answer cost a training
 # step 22 s). Its exact value needs more than _MAX_DIGITS digits, so it scores as the magnitude guard would have it.
