@@ -27,6 +27,7 @@ log = logging.getLogger("gdro")
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _train(cfg: DictConfig) -> float | None:
     from gdro.build import build_trainer
+    from gdro.rollout.base import close_engine
     from gdro.trainer import Interrupted, StopRequest
 
     hc = HydraConfig.get()
@@ -55,6 +56,7 @@ def _train(cfg: DictConfig) -> float | None:
             _stop_now(lock, "at once by a second Ctrl-C (the run is marked interrupted)")
         finally:
             trainer.logger.close()
+            close_engine(trainer.engine)  # vLLM: shut down here, not whenever the collector gets to it
     evals = [r for r in rows if any(k.startswith("eval/mean@") for k in r)]
     if evals:
         key = next(k for k in evals[-1] if k.startswith("eval/mean@") and "/level_" not in k)

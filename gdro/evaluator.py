@@ -37,6 +37,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
+from gdro.rollout.base import close_engine
 from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask, Problem
@@ -217,11 +218,15 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
             reward.use_golds(table)
     per_bench: dict[str, dict[str, float]] = {}
     samples: list[dict] = []
-    for name, problems in plan.benchmarks.items():
-        t0 = time.perf_counter()
-        per_bench[name] = evaluate(engine, problems, reward, eval_cfg, spec.max_new_tokens, samples=samples)
-        log.info("%s: mean@%d %.2f pass@%d %.2f (%d problems, %.1fs)", name, k, per_bench[name][f"eval/mean@{k}"],
-                 k, per_bench[name][f"eval/pass@{k}"], per_bench[name]["eval/n_problems"], time.perf_counter() - t0)
+    try:
+        for name, problems in plan.benchmarks.items():
+            t0 = time.perf_counter()
+            per_bench[name] = evaluate(engine, problems, reward, eval_cfg, spec.max_new_tokens, samples=samples)
+            log.info("%s: mean@%d %.2f pass@%d %.2f (%d problems, %.1fs)", name, k, per_bench[name][f"eval/mean@{k}"],
+                     k, per_bench[name][f"eval/pass@{k}"], per_bench[name]["eval/n_problems"],
+                     time.perf_counter() - t0)
+    finally:
+        close_engine(engine)  # vLLM: shut down here, not whenever the collector gets to it
     metrics = aggregate(per_bench, k)
     md = markdown(metrics, list(plan.benchmarks), k)
     record = {

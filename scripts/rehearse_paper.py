@@ -272,15 +272,10 @@ def main() -> None:
     for engine in args.engines.split(","):
         for procs in map(int, args.procs.split(",")):
             sweep = out / f"train-{engine}-p{procs}"
-            # vLLM in several processes: one torchrun per preset. In one torchrun the jobs of a multirun run in the same
-            # processes, and the third job's process-group init hung after two vLLM engines (measured here; the
-            # known remedy is a launcher that gives each job its own processes, hydra/launcher=submitit_local)
-            presets = [f"experiment={p}" for p in LABELS] if engine == "vllm" and procs > 1 else [PRESETS]
-            secs, peaks = 0.0, []
-            for i, preset_arg in enumerate(presets):
-                cmd, env = train_cmd(args, engine, procs, sweep, preset_arg)
-                s_, p_ = run(cmd, out / f"train-{engine}-p{procs}{f'-{i}' if len(presets) > 1 else ''}.log", env)
-                secs, peaks = secs + s_, sorted({*peaks, *p_}, reverse=True)
+            # one Hydra multirun of the three presets, as a researcher runs it; with vLLM in 2 processes its jobs share
+            # one torchrun (each job's engine shuts down at the job's end and leaves the run's process group standing)
+            cmd, env = train_cmd(args, engine, procs, sweep, PRESETS)
+            secs, peaks = run(cmd, out / f"train-{engine}-p{procs}.log", env)
             runs = run_dirs(sweep)
             tps = ", ".join(f"{LABELS.get(p, p)} {tokens_per_s(r):.0f}" for p, r in sorted(runs.items()))
             summary.append(f"| {engine} | {procs} | {secs:.0f} | {tps} | {', '.join(f'{m:.0f}' for m in peaks)} |")

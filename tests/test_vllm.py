@@ -248,3 +248,55 @@ def test_two_processes_with_vllm_engines_match_one_process_sampling_the_same_sha
     t2, t1 = _ckpt(two, 3, "trainer"), _ckpt(one, 3, "trainer")
     for part in ("sampler", "classifier", "allocator", "rng"):
         assert repr(t2[part]) == repr(t1[part]), part
+
+
+def test_a_multirun_of_vllm_jobs_in_one_torchrun_completes_every_job(tmp_path: Path):
+    """One torchrun of 2 processes running a 3-job Hydra multirun, every job with in-process vLLM engines.
+
+    vLLM's engine shutdown ends in ``destroy_process_group()``: it destroyed the run's group whenever the collector
+    reached the previous job's engine, and the third job hung in ``init_process_group`` (issue #22). The engine now
+    shuts down at the end of its job and leaves the group standing; every job must finish, in 2 processes."""
+    import subprocess
+    import sys
+
+    from tests.test_distributed import COMMON
+
+    sweep = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gdro.cli",
+           "-m", *[o for o in COMMON if not o.startswith("checkpoint.")], "rollout=vllm", "steps=1", "seed=0,1,2",
+           f"hydra.sweep.dir={sweep}"]
+    # ~40 s here when every job finishes; the hang it guards against never ends
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=400,
+                          env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    for job in ("0", "1", "2"):
+        record = json.loads((sweep / job / "run.json").read_text())
+        assert record["world_size"] == 2 and record["status"] == "completed", (job, record.get("status"))
+        assert [json.loads(r)["step"] for r in (sweep / job / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+def test_closing_the_engine_leaves_a_process_group_it_found(tmp_path: Path):
+    """A process group that existed before the engine (torchrun's) survives the engine's close(); one the engine
+    started itself (one process) is vLLM's to destroy."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, torch, torch.distributed as tdist
+os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
+tdist.init_process_group("gloo")
+from gdro.models import ModelSpec, load_model
+from gdro.rollout.vllm import VLLMEngineConfig, VLLMGenerator
+from gdro.rollout import make_engine
+spec = ModelSpec("tiny", max_prompt_len=64, max_new_tokens=16)
+model, tok = load_model(spec, device="cpu")
+engine = make_engine(VLLMEngineConfig(max_num_seqs=64), model, tok, spec)
+engine.close()
+engine.close()
+assert tdist.is_initialized(), "the run's process group was destroyed"
+tdist.barrier()
+print("GROUP-KEPT")
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                          env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    assert proc.returncode == 0 and "GROUP-KEPT" in proc.stdout, proc.stderr[-4000:]

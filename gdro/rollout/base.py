@@ -142,3 +142,10 @@ def left_pad(rows: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, 
             ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
             mask[i, width - len(r) :] = 1
     return ids, mask
+
+
+def close_engine(engine: object) -> None:
+    """Release what an engine holds, at a known point (vLLM: its in-process engine; the HF engine holds nothing)."""
+    close = getattr(engine, "close", None)
+    if callable(close):
+        close()

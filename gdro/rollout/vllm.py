@@ -26,6 +26,7 @@ for the rest of the process, so set the thread count before building the engine.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 from collections.abc import Sequence
@@ -138,10 +139,32 @@ class VLLMGenerator:
         if torch.cuda.is_available():
             kwargs.update(gpu_memory_utilization=cfg.gpu_memory_utilization, enable_sleep_mode=cfg.enable_sleep_mode)
             kwargs.update(_per_process_engine())
+        # a process group that exists before the engine is the run's (torchrun's): the engine joins it and must leave
+        # it standing when it shuts down (close())
+        self._run_owns_group = _default_group_exists()
         with _contained_side_effects():
             self.llm = vllm.LLM(**kwargs)
         self._asleep: list[str] | None = None  # what is asleep (None: the engine is awake)
         self.sync_weights(model)  # the engine loaded the checkpoint on disk; the policy in memory is what counts
+
+    def close(self) -> None:
+        """Shut the engine down now (idempotent), leaving the run's process group standing.
+
+        vLLM's in-process engine shuts down when its client is garbage-collected, and that shutdown ends in
+        ``torch.distributed.destroy_process_group()``: under torchrun it destroyed the group the run (and the next job of
+        a multirun) trains in, at whatever moment the collector ran; the third job of a multirun then hung in its
+        ``init_process_group`` (the store's keys of the destroyed group were still there). Here the engine shuts down at
+        a known point, and the no-argument destroy is skipped when the group was there before the engine was built
+        (vLLM's own subgroups are still destroyed)."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is None:
+            return
+        client = getattr(llm.llm_engine, "engine_core", None)
+        with _keep_default_group(self._run_owns_group):
+            if client is not None:
+                client.shutdown()
+            del llm, client
+            gc.collect()
 
     # -- memory sharing with the trainer (GPU; vLLM logs a no-op on CPU) ---------------------------------------
     # Sleep level 1 (weights kept in host memory): evaluation calls generate() several times without a sync between.
@@ -212,6 +235,35 @@ class VLLMGenerator:
         texts = self.tokenizer.batch_decode(completions, skip_special_tokens=True)
         return RolloutBatch(prompt_ids, group_index, completions, logprobs if sampling.logprobs else None, texts,
                             finish)
+
+
+def _default_group_exists() -> bool:
+    import torch.distributed as tdist
+
+    return tdist.is_available() and tdist.is_initialized()
+
+
+@contextlib.contextmanager
+def _keep_default_group(keep: bool):
+    """While vLLM tears down: ``destroy_process_group()`` without a group (the default one) does nothing when
+    ``keep``; any other group is destroyed as asked."""
+    import torch.distributed as tdist
+
+    if not keep:
+        yield
+        return
+    real = tdist.destroy_process_group
+
+    def destroy_process_group(group=None):
+        if group is None or group is tdist.GroupMember.WORLD:
+            return
+        real(group)
+
+    tdist.destroy_process_group = destroy_process_group
+    try:
+        yield
+    finally:
+        tdist.destroy_process_group = real
 
 
 def _per_process_engine() -> dict[str, Any]:
