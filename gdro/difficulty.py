@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from gdro.bins import hysteresis_bins, make_edges, passk_from_window
+from gdro.budget import weighted_se
 from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 
 __all__ = ["ESTIMATORS", "UNSEEN_POLICIES", "OnlineDifficultyClassifier"]
@@ -90,6 +91,8 @@ class OnlineDifficultyClassifier:
         self._unseen_bin = 0 if unseen == "hardest" else self.num_pass_bins
         self._moved_frac = float("nan")
         self._batch_bins = np.zeros(0, dtype=np.int64)  # the last step's bins (as the controllers used them)
+        self._batch_c = np.zeros(0, dtype=np.int64)  # ... and each of its prompts' correct rollouts / rollouts
+        self._batch_n = np.zeros(0, dtype=np.int64)
         self._attach([])
 
     # ---------------------------------------------------------------- pool
@@ -151,6 +154,8 @@ class OnlineDifficultyClassifier:
         """Record the step: each prompt's visit with its correct rollouts out of the rollouts it drew."""
         self.record(feedback.ids, feedback.n_correct, feedback.n)
         self._batch_bins = np.asarray(feedback.bins, dtype=np.int64).copy()
+        self._batch_c = np.asarray(feedback.n_correct, dtype=np.int64).copy()
+        self._batch_n = np.asarray(feedback.n, dtype=np.int64).copy()
 
     def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
         """Record one visit per entry: ``correct`` of ``total`` rollouts right (ragged totals allowed).
@@ -237,6 +242,7 @@ class OnlineDifficultyClassifier:
             # unseen prompts are in bin 0 with unseen="hardest": then every prompt counts (no way to tell apart)
             rated = batch[batch < self.num_pass_bins]
             out["difficulty/batch_mean_bin"] = float(rated.mean()) if rated.size else float("nan")
+            out |= batch_mechanism(batch, self._batch_c, self._batch_n, self.bin_labels())
         return out
 
     # ---------------------------------------------------------------- checkpointing
@@ -314,3 +320,32 @@ def _occurrence_rank(ids: np.ndarray) -> np.ndarray:
     rank = np.empty_like(ids)
     rank[order] = np.arange(len(s)) - run_start
     return rank
+
+
+def batch_mechanism(bins: np.ndarray, correct: np.ndarray, n: np.ndarray, labels: Sequence[str]) -> dict[str, float]:
+    """What a step's batch gave the update, per bin and overall, whatever the sampler and allocator.
+
+    - ``difficulty/informative``: the share of groups that carry gradient (neither all correct nor all wrong: GRPO's
+      group-relative advantage is zero for the others); ``difficulty/informative/<bin>`` the same within each bin
+      present in the batch (absent bins are not logged).
+    - ``difficulty/wse``: the weighted standard error Σ_b q_b σ_b / √n_b (Eq. 33) of the batch as allocated, with q_b
+      the bin's share of the prompts, σ_b = √(p_b(1 − p_b)) from the bin's realised accuracy p_b this step and n_b
+      its mean rollouts per prompt; ``difficulty/wse_uniform`` the same batch with every prompt at the mean
+      n̄ = Σ n / #prompts (the same budget); ``difficulty/wse_ratio`` their ratio (1 for a fixed allocation; below 1
+      when the allocation lowers the proxy — the square-root allocator's claim, Theorem 4.2)."""
+    bins, correct, n = (np.asarray(a, dtype=np.int64) for a in (bins, correct, n))
+    mixed = (correct > 0) & (correct < n)
+    out = {"difficulty/informative": float(mixed.mean())}
+    present = np.unique(bins)
+    q = np.array([np.mean(bins == b) for b in present])
+    p = np.array([correct[bins == b].sum() / n[bins == b].sum() for b in present])
+    n_b = np.array([n[bins == b].mean() for b in present])
+    for b in present:
+        out[f"difficulty/informative/{labels[b]}"] = float(mixed[bins == b].mean())
+    sigma = np.sqrt(p * (1 - p))
+    wse = weighted_se(q, sigma, n_b)
+    wse_uniform = weighted_se(q, sigma, np.full(len(present), n.sum() / len(n)))
+    out |= {"difficulty/wse": wse, "difficulty/wse_uniform": wse_uniform}
+    if wse_uniform > 0:
+        out["difficulty/wse_ratio"] = wse / wse_uniform
+    return out

@@ -399,3 +399,43 @@ def test_batch_bins_are_logged_for_every_sampler():
     assert m["difficulty/batch_mean_bin"] == pytest.approx(2 / 3)  # the unseen prompt is left out
     c.update(dataclasses.replace(fb, bins=np.array([2, 2, 2, 2])))
     assert math.isnan(c.metrics()["difficulty/batch_mean_bin"])
+
+
+def test_batch_mechanism_counts_groups_with_gradient_and_the_realised_weighted_se():
+    """Per bin and overall: the share of groups neither all correct nor all wrong; the weighted SE of the batch as
+    allocated against the same batch at its mean group size (numbers worked by hand)."""
+    from gdro.difficulty import batch_mechanism
+
+    labels = ["0", "1", "unseen"]
+    # bin 0: two prompts, 2 rollouts each, (1 of 2) and (0 of 2) -> one of two informative, p = 1/4
+    # bin 1: one prompt, 8 rollouts, 4 correct -> informative, p = 1/2
+    bins, correct, n = np.array([0, 0, 1]), np.array([1, 0, 4]), np.array([2, 2, 8])
+    m = batch_mechanism(bins, correct, n, labels)
+    assert m["difficulty/informative"] == pytest.approx(2 / 3)
+    assert m["difficulty/informative/0"] == 0.5 and m["difficulty/informative/1"] == 1.0
+    assert "difficulty/informative/unseen" not in m  # absent bins are not logged
+    q, sigma = np.array([2 / 3, 1 / 3]), np.sqrt(np.array([0.25 * 0.75, 0.25]))
+    wse = float(np.sum(q * sigma / np.sqrt([2, 8])))
+    wse_uniform = float(np.sum(q * sigma / np.sqrt(4.0)))  # mean group size 12 / 3
+    assert m["difficulty/wse"] == pytest.approx(wse) and m["difficulty/wse_uniform"] == pytest.approx(wse_uniform)
+    assert m["difficulty/wse_ratio"] == pytest.approx(wse / wse_uniform)
+    # a fixed allocation is its own uniform allocation; an all-solved batch carries no gradient and no variance
+    fixed = batch_mechanism(np.array([0, 1]), np.array([3, 8]), np.array([8, 8]), labels)
+    assert fixed["difficulty/wse_ratio"] == pytest.approx(1.0)
+    solved = batch_mechanism(np.array([1, 1]), np.array([8, 8]), np.array([8, 8]), labels)
+    assert solved["difficulty/informative"] == 0.0 and solved["difficulty/wse"] == 0.0
+    assert "difficulty/wse_ratio" not in solved
+
+
+def test_the_classifier_logs_the_batch_mechanism_after_each_step():
+    from gdro.interfaces import StepFeedback
+
+    c = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
+    c.bind(pool("a", "b"))
+    fb = StepFeedback(ids=np.array([0, 1]), bins=np.array([2, 2]), n=np.array([2, 2]),
+                      group_index=np.array([0, 0, 1, 1]), correct=np.array([1, 0, 1, 1]), pg_loss=np.zeros(4),
+                      kl=np.zeros(4), beta_kl=0.0)
+    c.update(fb)
+    m = c.metrics()
+    assert m["difficulty/informative"] == 0.5 and m["difficulty/informative/unseen"] == 0.5
+    assert m["difficulty/wse_ratio"] == pytest.approx(1.0)

@@ -1,5 +1,5 @@
 """notebooks/curriculum.ipynb: committed without outputs, and runs top to bottom on a tiny real sweep of the
-frontier preset (experiment=toy-frontier: pass@1 bins, 12 levels, sticky strings)."""
+curriculum preset (experiment=toy-curriculum: pass@1 bins, levels 1-8, sticky strings)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def test_committed_notebook_has_no_outputs():
 
 def _make_sweep(root: Path) -> Path:
     for name, (overrides, choices) in RUNS.items():
-        cfg = compose_cfg(["experiment=toy-frontier", *FAST, *SHORT, *overrides])
+        cfg = compose_cfg(["experiment=toy-curriculum", *FAST, *SHORT, *overrides])
         trainer = build_trainer(cfg, root / name, choices=choices)
         try:
             trainer.fit()
@@ -69,3 +69,8 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     assert len(images) >= 6, text
     tables = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
     assert tables and all(n in tables[0] for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO"))
+    # the mechanism table and curves (groups with gradient, per bin, WSE against uniform), every row
+    mech = next(t for t in tables if "groups with gradient" in t)
+    assert all(f"| {n} | 1 |" in mech for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), mech
+    assert len(images) >= 10, text
+    assert "skipped informative" not in text and "skipped wse_ratio" not in text

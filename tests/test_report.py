@@ -511,3 +511,44 @@ def test_main_writes_the_paired_table(sweep: Path, capsys):
     with pytest.raises(SystemExit):
         main([str(root), "--tail-levels", "7-"])
     assert "--tail-levels: levels must look like '7-12'" in capsys.readouterr().err
+
+
+def test_mechanism_table_from_runs_with_known_numbers(tmp_path: Path):
+    """mechanism.md: per method, each run's mean over the steps after the unseen phase, then mean ± CI over runs."""
+    from gdro.report.mechanism import mechanism_markdown, mechanism_rows
+
+    sw = tmp_path / "sw"
+    # steps 1-8; step 1's batch holds unseen prompts (left out); steps 2-8: informative = 0.25 + 0.05 * seed,
+    # except the last quarter (steps 7-8) 0.45 + 0.05 * seed; per-bin "0" = 0.1 * (seed + 1); wse_ratio fixed = 1,
+    # square-root rows 0.8 + 0.1 * seed; Prompt-GDRO logs lead_lag = -1 (first half) / -2 (second)
+    for method, sampler, allocator in (("grpo", "uniform", "fixed"), ("sqrt", "uniform", "sqrt"),
+                                       ("pg", "prompt-gdro", "fixed")):
+        for seed in (0, 1):
+            d = make_run(sw, f"{method}/{seed}", sampler, allocator, seed, 80.0, steps=8)
+            rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+            for r in rows[1:]:
+                s = r["step"]
+                r["difficulty/batch/unseen"] = 0.5 if s == 1 else 0.0
+                r["difficulty/informative"] = (0.45 if s >= 7 else 0.25) + 0.05 * seed
+                r["difficulty/informative/0"] = 0.1 * (seed + 1)
+                r["difficulty/wse_ratio"] = 0.8 + 0.1 * seed if method == "sqrt" else 1.0
+                if method == "pg":
+                    r["gdro/lead_lag"] = -1.0 if s <= 4 else -2.0
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rows, bins = mechanism_rows(find_runs(sw))
+    by = {r["method"]: r for r in rows}
+    assert bins == ["0"] and set(by) == {"uniform+fixed", "uniform+sqrt", "prompt-gdro+fixed"}
+    grpo = by["uniform+fixed"]
+    # seed 0: steps 2-8 -> (5 * 0.25 + 2 * 0.45) / 7; seed 1: + 0.05
+    s0 = (5 * 0.25 + 2 * 0.45) / 7
+    assert grpo["informative"][0] == pytest.approx(s0 + 0.025) and grpo["informative"][2] == 2
+    # 7 steps -> quarters of 1 step: first = step 2, last = step 8
+    assert grpo["informative_first"][0] == pytest.approx(0.275) and grpo["informative_last"][0] == pytest.approx(0.475)
+    assert grpo["per_bin"]["0"][0] == pytest.approx(0.15)
+    assert grpo["wse_ratio"][0] == 1.0 and grpo["wse_below_1"] == (0, 2) and grpo["lead_lag"][0][2] == 0
+    assert by["uniform+sqrt"]["wse_ratio"][0] == pytest.approx(0.85) and by["uniform+sqrt"]["wse_below_1"] == (2, 2)
+    lag_first, lag_last = by["prompt-gdro+fixed"]["lead_lag"]
+    assert lag_first[0] == -1.0 and lag_last[0] == -2.0
+    md = mechanism_markdown(rows, bins)
+    assert "| GRPO | 2 | 33.2 ± " in md and "0.850 ± 0.635 (2/2)" in md and "-1.00 ± 0.00 → -2.00 ± 0.00" in md
+    assert main([str(sw)]) == 0 and (sw / "report" / "mechanism.md").read_text().count("| GRPO |") == 2

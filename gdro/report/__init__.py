@@ -27,6 +27,10 @@ the batch's mean difficulty bin in the first and last quarter of the steps after
 the paired table the recovery of the oracle control's tail gain (a method's mean Δ ÷ the oracle's) and the first
 evaluation step at which each run's tail mean@k reaches GRPO's final one (median over the runs that reach it).
 
+Mechanism table (``mechanism.md``, when runs log ``difficulty/informative``): per method, the share of groups that
+carry gradient (overall, first → last quarter, per bin), the weighted standard error against a uniform allocation
+of the same batch, and Prompt-GDRO's lead–lag Δμ (gdro/report/mechanism.py).
+
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
 ``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
 
@@ -48,6 +52,7 @@ from gdro.report.figures import (
     _over_seeds,
     make_figures,
 )
+from gdro.report.mechanism import mechanism_markdown, mechanism_rows
 from gdro.report.paired import (
     ORACLE,
     add_tail_metrics,
@@ -185,16 +190,25 @@ def _main(argv: list[str] | None) -> int:
         paired_md.write_text(
             f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
             + text, encoding="utf-8")
+    mech_rows, mech_bins = mechanism_rows(runs)
+    mech_md = None
+    if mech_rows:
+        mech_md = out / "mechanism.md"
+        mech_text = mechanism_markdown(mech_rows, mech_bins)
+        mech_md.write_text("Mechanism columns over each run's training steps after the unseen phase; mean ± 95% CI "
+                           "over runs (gdro/report/mechanism.py).\n\n" + mech_text, encoding="utf-8")
     n_left = sum(line.startswith("left out") for line in lines)
     print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)"
           + (f"; {n_left} run dirs left out (listed above and in {md.name})" if n_left else "") + "\n")
     print(to_markdown(rows))
     if paired_md is not None:
         print(f"paired against GRPO:\n\n{text}")
+    if mech_md is not None:
+        print(f"mechanism:\n\n{mech_text}")
     table1 = write_table1(runs, out)  # from gdro-eval results kept in the run dirs (<run>/eval/eval.json)
     if table1 is not None:
         print(table1.read_text(encoding="utf-8"))
-    written = [md, csv_path, *([paired_md] if paired_md else []), *([table1] if table1 else []), *figs]
+    written = [md, csv_path, *([paired_md] if paired_md else []), *([mech_md] if mech_md else []), *([table1] if table1 else []), *figs]
     print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
     if args.wandb:
         print(f"logged the report to the sweep's W&B group: {log_to_wandb(args.sweep_dir, out, runs, written)}")

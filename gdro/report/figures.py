@@ -1,4 +1,5 @@
-"""Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, lead-lag, WSE, mean bin."""
+"""Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, lead-lag, WSE, mean bin, and the
+mechanism curves (groups with gradient overall and per bin, the realised weighted SE against uniform)."""
 
 from __future__ import annotations
 
@@ -186,6 +187,15 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
                                               "gdro/lead_lag (mean over seeds; bold = moving average)", p)),
         ("wse.png", lambda p: _fig_lines(groups, colors, [("gdro/wse", "-"), ("gdro/wse_uniform", "--")], "WSE",
                                          "gdro/wse (solid) vs gdro/wse_uniform (dashed)", p)),
+        # the mechanism columns (gdro/report/mechanism.py), per step, every row
+        ("informative.png", lambda p: _fig_lines(groups, colors, [("difficulty/informative", "-")],
+                                                 "groups with gradient (share)",
+                                                 "difficulty/informative: groups neither all correct nor all wrong", p)),
+        ("informative_heatmap.png", lambda p: _fig_heatmap(runs, groups, "difficulty/informative/",
+                                                           "share of the bin's groups with gradient", p)),
+        ("wse_ratio.png", lambda p: _fig_lines(groups, colors, [("difficulty/wse_ratio", "-")], "WSE / uniform",
+                                               "difficulty/wse_ratio: the batch's weighted SE as allocated / at its "
+                                               "mean group size", p)),
     ]
     for name, job in jobs:
         if job(out_dir / name):

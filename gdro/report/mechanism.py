@@ -1,0 +1,104 @@
+"""Sweep report, the mechanism table (mechanism.md): *why* a row did what it did, measured on its training steps.
+
+Per method, mean ± 95% CI over its runs (Student t), each run first averaged over its steps after the unseen phase
+(the first step whose batch holds no never-seen prompt on; :func:`gdro.report.paired.mean_bin_drift` uses the same):
+
+- **groups with gradient**: ``difficulty/informative``, the share of the batch's groups that are neither all correct
+  nor all wrong (GRPO's group-relative advantage is zero for the others), overall and in the first and last quarter
+  of those steps; and per bin (``difficulty/informative/<bin>``, over the steps where the bin was in the batch);
+- **weighted standard error against uniform**: ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated
+  over the same batch at its mean group size (1 for a fixed allocation; the square-root allocator's claim is that it
+  is below 1), with the share of runs whose mean ratio is below 1;
+- **the batch's mean bin** (first → last quarter) is in paired.md; here its per-step curve is ``mean_bin.png``;
+- **lead–lag Δμ** (Eq. 32, ``gdro/lead_lag``; Prompt-GDRO only): the weights' mean bin minus the batch's, first →
+  last quarter (negative: the weights sit at harder bins than the data).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from gdro.report.runs import Run, _groups, _method_rank, bin_sort_key, display_name
+from gdro.report.table import format_cell, mean_ci
+
+UNSEEN_KEY = "difficulty/batch/unseen"
+
+
+def _after_unseen(run: Run) -> list[dict]:
+    """The run's training rows from the first step whose batch holds no never-seen prompt (all rows when the run does
+    not log the unseen share)."""
+    rows = [r for r in run.rows if isinstance(r.get("step"), int) and "difficulty/informative" in r]
+    start = next((i for i, r in enumerate(rows) if not r.get(UNSEEN_KEY, 0.0)), None)
+    return rows[start:] if start is not None else []
+
+
+def _mean(rows: list[dict], key: str) -> float:
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _quarters(rows: list[dict], key: str) -> tuple[float, float]:
+    vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    q = len(vals) // 4
+    return (float(np.mean(vals[:q])), float(np.mean(vals[-q:]))) if q else (math.nan, math.nan)
+
+
+def _ci(values: list[float]) -> tuple[float, float, int]:
+    return mean_ci([v for v in values if math.isfinite(v)])
+
+
+def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
+    """Per method: the run-level means (see the module docstring) pooled over runs; and the bins seen anywhere."""
+    out, bins = [], set()
+    for method in sorted(_groups(runs), key=_method_rank):
+        per_run = [_after_unseen(r) for r in _groups(runs)[method]]
+        per_run = [rows for rows in per_run if rows]
+        if not per_run:
+            continue
+        row = {"method": method, "name": display_name(method), "n": len(per_run)}
+        row["informative"] = _ci([_mean(rows, "difficulty/informative") for rows in per_run])
+        q = [_quarters(rows, "difficulty/informative") for rows in per_run]
+        row["informative_first"], row["informative_last"] = _ci([a for a, _ in q]), _ci([b for _, b in q])
+        ratios = [_mean(rows, "difficulty/wse_ratio") for rows in per_run]
+        row["wse_ratio"] = _ci(ratios)
+        row["wse_below_1"] = (sum(r < 1 - 1e-12 for r in ratios if math.isfinite(r)),
+                              sum(math.isfinite(r) for r in ratios))
+        lag = [_quarters(rows, "gdro/lead_lag") for rows in per_run]
+        row["lead_lag"] = (_ci([a for a, _ in lag]), _ci([b for _, b in lag]))
+        per_bin = {}
+        for rows in per_run:
+            for key in {k for r in rows for k in r if k.startswith("difficulty/informative/")}:
+                per_bin.setdefault(key.rsplit("/", 1)[1], []).append(_mean(rows, key))
+        row["per_bin"] = {b: _ci(v) for b, v in per_bin.items()}
+        bins.update(per_bin)
+        out.append(row)
+    return out, sorted(bins, key=bin_sort_key)
+
+
+def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
+    """Two tables: the overall mechanism columns per method, then groups with gradient per bin."""
+    head = ["Method", "runs", "groups with gradient", "first → last quarter", "WSE ÷ uniform (runs < 1)",
+            "lead–lag Δμ, first → last quarter"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
+    for r in rows:
+        below, counted = r["wse_below_1"]
+        lag_first, lag_last = r["lead_lag"]
+        lag = ("–" if not lag_first[2] else
+               f"{format_cell(*lag_first, digits=2)} → {format_cell(*lag_last, digits=2)}")
+        lines.append("| " + " | ".join([
+            r["name"], str(r["n"]), format_cell(*_pct(r["informative"])),
+            f"{format_cell(*_pct(r['informative_first']))} → {format_cell(*_pct(r['informative_last']))}",
+            f"{format_cell(*r['wse_ratio'], digits=3)} ({below}/{counted})", lag]) + " |")
+    lines += ["", "Groups with gradient per bin (%, steps where the bin was in the batch; bin 0 = hardest):", "",
+              "| Method | " + " | ".join(bins) + " |", "|" + "|".join(["---"] + ["---:"] * len(bins)) + "|"]
+    for r in rows:
+        cells = [format_cell(*_pct(r["per_bin"][b]), digits=0) if b in r["per_bin"] else "–" for b in bins]
+        lines.append("| " + " | ".join([r["name"], *cells]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _pct(cell: tuple[float, float, int]) -> tuple[float, float, int]:
+    m, h, n = cell
+    return 100 * m, 100 * h, n
