@@ -470,6 +470,8 @@ def test_paired_comparison_known_numbers(sweep: Path):
     assert by["Prompt-GDRO"]["recovery"] == pytest.approx(4.0 / 9.0)
     assert by["Rollout-GDRO"]["pairs"] == 1 and by["Rollout-GDRO"]["delta"]["eval/mean@8"][2] == 1
     assert by["GRPO"]["delta"] == {} and by["GRPO"]["recovery"] is None
+    # learned = final minus the step-0 evaluation (0 here): GRPO 80, 82, 84
+    assert by["GRPO"]["gain"][0] == pytest.approx(82.0) and by["GRPO"]["gain"][2] == 3
     # the tail is flat over steps here: every run at or above 66 reaches it at its first evaluation (step 0)
     assert by["Prompt-GDRO"]["steps"] == [0.0, 0.0, 0.0]
     assert sorted(by["GRPO"]["steps"], key=lambda x: x is None) == [0.0, 0.0, None]  # 65 never reaches 66
@@ -503,7 +505,8 @@ def test_main_writes_the_paired_table(sweep: Path, capsys):
     lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "recovery of the oracle's Δmean@8/levels_1-2" in lines["Method"]
     assert "steps to mean@8/levels_1-2 ≥ 66.0" in lines["Method"]
-    assert "| 3 | 4.0 ± 2.5 |" in lines["Prompt-GDRO"] and "| 0.44 |" in lines["Prompt-GDRO"]
+    assert "| 3 | 86.0 ± 2.5 | 4.0 ± 2.5 |" in lines["Prompt-GDRO"] and "| 0.44 |" in lines["Prompt-GDRO"]
+    assert "mean@8 learned (from step 0)" in lines["Method"]
     assert "| 0 (3/3) |" in lines["Prompt-GDRO"] and "| 0 (2/3) |" in lines["GRPO"]
     table = (root / "report" / "table.md").read_text()
     assert "mean@8/levels_1-2" in table
@@ -552,3 +555,21 @@ def test_mechanism_table_from_runs_with_known_numbers(tmp_path: Path):
     md = mechanism_markdown(rows, bins)
     assert "| GRPO | 2 | 33.2 ± " in md and "0.850 ± 0.635 (2/2)" in md and "-1.00 ± 0.00 → -2.00 ± 0.00" in md
     assert main([str(sw)]) == 0 and (sw / "report" / "mechanism.md").read_text().count("| GRPO |") == 2
+
+
+def test_the_unseen_phase_is_one_pass_over_the_pool_for_every_row(tmp_path: Path):
+    """With the pool size in the config, the analysis starts after ceil(train_size / prompts_per_step) steps for
+    every row (a label-reading sampler may hold never-seen prompts in its batch for much longer)."""
+    d = make_run(tmp_path / "sw", "oracle/0", "uniform", "fixed", 0, 80.0, steps=12)
+    meta = json.loads((d / "run.json").read_text())
+    meta["config"] |= {"data": {"train_size": 30}, "prompts_per_step": 8}  # 4 steps per pass
+    (d / "run.json").write_text(json.dumps(meta))
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    for r in rows[1:]:
+        r |= {"difficulty/batch/unseen": 0.1, "difficulty/batch_mean_bin": float(r["step"]),
+              "difficulty/informative": r["step"] / 100}
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = find_runs(tmp_path / "sw")[0]
+    assert run.first_epoch() == 4
+    assert [r["step"] for r in run.after_first_pass("difficulty/informative")] == list(range(5, 13))
+    assert report.mean_bin_drift(run) == (5.5, 11.5)  # quarters of 8 steps: 5-6 and 11-12

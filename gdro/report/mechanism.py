@@ -1,7 +1,8 @@
 """Sweep report, the mechanism table (mechanism.md): *why* a row did what it did, measured on its training steps.
 
 Per method, mean ± 95% CI over its runs (Student t), each run first averaged over its steps after the unseen phase
-(the first step whose batch holds no never-seen prompt on; :func:`gdro.report.paired.mean_bin_drift` uses the same):
+(:meth:`gdro.report.runs.Run.after_first_pass`: the steps after one pass over the pool, the same steps for every
+row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
 
 - **groups with gradient**: ``difficulty/informative``, the share of the batch's groups that are neither all correct
   nor all wrong (GRPO's group-relative advantage is zero for the others), overall and in the first and last quarter
@@ -23,17 +24,6 @@ import numpy as np
 from gdro.report.runs import Run, _groups, _method_rank, bin_sort_key, display_name
 from gdro.report.table import format_cell, mean_ci
 
-UNSEEN_KEY = "difficulty/batch/unseen"
-
-
-def _after_unseen(run: Run) -> list[dict]:
-    """The run's training rows from the first step whose batch holds no never-seen prompt (all rows when the run does
-    not log the unseen share)."""
-    rows = [r for r in run.rows if isinstance(r.get("step"), int) and "difficulty/informative" in r]
-    start = next((i for i, r in enumerate(rows) if not r.get(UNSEEN_KEY, 0.0)), None)
-    return rows[start:] if start is not None else []
-
-
 def _mean(rows: list[dict], key: str) -> float:
     vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return float(np.mean(vals)) if vals else math.nan
@@ -53,7 +43,7 @@ def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
     """Per method: the run-level means (see the module docstring) pooled over runs; and the bins seen anywhere."""
     out, bins = [], set()
     for method in sorted(_groups(runs), key=_method_rank):
-        per_run = [_after_unseen(r) for r in _groups(runs)[method]]
+        per_run = [r.after_first_pass("difficulty/informative") for r in _groups(runs)[method]]
         per_run = [rows for rows in per_run if rows]
         if not per_run:
             continue

@@ -84,17 +84,11 @@ def rollouts_spent(run: Run) -> float:
 
 
 
-def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin",
-                   unseen_key: str = "difficulty/batch/unseen") -> tuple[float, float] | None:
+def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin") -> tuple[float, float] | None:
     """The batch's mean bin averaged over the first and the last quarter of the steps after the unseen phase
-    (which ends at the first step whose batch holds no unseen prompt; at step 1 when that is not logged).
+    (:meth:`Run.after_first_pass`: the steps after the first pass over the pool, the same for every row).
     None when the run does not log ``key`` or has fewer than 4 steps after that phase."""
-    pts = [(r["step"], r[key], r.get(unseen_key, 0.0)) for r in run.rows
-           if isinstance(r.get(key), (int, float)) and isinstance(r.get("step"), int)]
-    start = next((s for s, _, u in pts if not u), None)
-    if start is None:
-        return None
-    vals = [v for s, v, _ in pts if s >= start]
+    vals = [r[key] for r in run.after_first_pass(key)]
     q = len(vals) // 4
     if q == 0:
         return None
@@ -102,11 +96,23 @@ def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin",
 
 
 
+def learned(run: Run, key: str, which: str = "final") -> float | None:
+    """What the run learned on ``key``: its ``which`` evaluation row minus its first one (step 0 when the run
+    evaluates at the start); None without two evaluation rows that log it."""
+    rows = run.eval_rows()
+    end = _select_row(run, which)
+    if len(rows) < 2 or end is None or not all(isinstance(r.get(key), (int, float)) for r in (rows[0], end)):
+        return None
+    return float(end[key] - rows[0][key])
+
+
+
 def paired_comparison(runs: list[Run], keys: list[str], *, tail_key: str | None = None,
                       which: str = "final") -> tuple[list[dict], dict]:
     """Each method against GRPO, paired by seed (a seed gives both the same pool, initial weights and test set).
 
-    Per method: ``pairs`` (seeds that both have), ``delta`` ({key: (mean, ci, n)} of method − GRPO per seed),
+    Per method: ``gain`` ((mean, ci, n) over its runs of what each learned on ``keys[0]``: :func:`learned`),
+    ``pairs`` (seeds that both have), ``delta`` ({key: (mean, ci, n)} of method − GRPO per seed),
     ``recovery`` (its mean Δ``tail_key`` ÷ the oracle control's, when both exist and the oracle's is > 0),
     ``steps`` (per run, the first evaluation step reaching the threshold, None = never), ``rollouts``
     ((mean, ci, n) of rollouts spent) and ``drift`` (per run (first, last) quarter's mean bin, or None).
@@ -134,6 +140,7 @@ def paired_comparison(runs: list[Run], keys: list[str], *, tail_key: str | None 
         row["steps"] = ([steps_to(r, tail_key, info["threshold"]) for r in rs]
                         if tail_key and info["threshold"] is not None else [])
         row["rollouts"] = mean_ci([rollouts_spent(r) for r in rs])
+        row["gain"] = mean_ci([g for g in (learned(r, keys[0], which) for r in rs) if g is not None]) if keys else None
         row["drift"] = [mean_bin_drift(r) for r in rs]
         out.append(row)
     oracle = next((r for r in out if r["method"] == ORACLE), None)
@@ -171,7 +178,8 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
     the threshold (median over the runs that reach it; reached/runs), rollouts spent, the batch's mean-bin
     drift (first → last quarter after the unseen phase)."""
     tail = info.get("tail_key")
-    header = ["Method", "pairs"] + [f"Δ{_label(k)}" for k in keys]
+    header = ["Method", "pairs"] + ([f"{_label(keys[0])} learned (from step 0)"] if keys else [])
+    header += [f"Δ{_label(k)}" for k in keys]
     if tail:
         header.append(f"recovery of the oracle's Δ{_label(tail)}")
     if info.get("threshold") is not None:
@@ -181,6 +189,8 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
     for r in rows:
         base = r["method"] == BASELINE
         cells = [r["name"], "–" if base else str(r["pairs"])]
+        if keys:
+            cells.append(format_cell(*r["gain"]) if r.get("gain") else "–")
         cells += ["–" if base else format_cell(*r["delta"].get(k, (math.nan, math.nan, 0))) for k in keys]
         if tail:
             cells.append("–" if r["recovery"] is None or r["method"] == ORACLE else f"{r['recovery']:.2f}")

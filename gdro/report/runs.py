@@ -143,6 +143,26 @@ class Run:
     def has(self, prefix: str) -> bool:
         return any(k.startswith(prefix) for r in self.rows for k in r)
 
+    def first_epoch(self) -> int | None:
+        """The steps one pass over the training pool takes at the run's batch size, ceil(train_size /
+        prompts_per_step) (None when the config does not say: a run from a dataset file)."""
+        size = (self.config.get("data") or {}).get("train_size") if isinstance(self.config, dict) else None
+        per_step = self.config.get("prompts_per_step") if isinstance(self.config, dict) else None
+        if isinstance(size, int) and isinstance(per_step, int) and size > 0 and per_step > 0:
+            return -(-size // per_step)
+        return None
+
+    def after_first_pass(self, key: str) -> list[dict]:
+        """The training rows logging ``key`` after the unseen phase: the steps after the first epoch
+        (:meth:`first_epoch`; the same steps for every row of a sweep, whatever its sampler), or, when the config
+        does not give the pool size, from the first step whose batch holds no never-seen prompt."""
+        rows = [r for r in self.rows if isinstance(r.get("step"), int) and isinstance(r.get(key), (int, float))]
+        epoch = self.first_epoch()
+        if epoch is not None:
+            return [r for r in rows if r["step"] > epoch]
+        start = next((i for i, r in enumerate(rows) if not r.get("difficulty/batch/unseen", 0.0)), None)
+        return rows[start:] if start is not None else []
+
 
 
 class UnusableRun(ValueError):
