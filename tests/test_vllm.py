@@ -281,7 +281,7 @@ def test_closing_the_engine_leaves_a_process_group_it_found(tmp_path: Path):
     import subprocess
     import sys
 
-    script = f"""
+    script = """
 import os, torch, torch.distributed as tdist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 tdist.init_process_group("gloo")

@@ -24,6 +24,7 @@ import numpy as np
 from gdro.report.runs import Run, _groups, _method_rank, bin_sort_key, display_name
 from gdro.report.table import format_cell, mean_ci
 
+
 def _mean(rows: list[dict], key: str) -> float:
     vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return float(np.mean(vals)) if vals else math.nan

@@ -30,8 +30,8 @@ import gc
 import logging
 import os
 from collections.abc import Sequence
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
