@@ -69,6 +69,9 @@ def main() -> None:
     ap.add_argument("--early", type=float, default=0.2)
     ap.add_argument("--late", type=float, default=0.4)
     args = ap.parse_args()
+    missing = [str(run) for run in args.runs if not (run / "metrics.jsonl").is_file()]
+    if missing:  # a sweep dir instead of its run dirs, or a typo: one line, nothing printed for the others
+        ap.error(f"no metrics.jsonl in {', '.join(missing)} (pass run dirs, e.g. SWEEP/*_s0)")
     for run in args.runs:
         summarize(run, args.early, args.late)
 
