@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from gdro.bandit import bin_means
 from gdro.bins import hysteresis_bins, make_edges, passk_from_window
 from gdro.budget import weighted_se
 from gdro.interfaces import BinSpec, PromptPool, StepFeedback
@@ -336,12 +337,13 @@ def batch_mechanism(bins: np.ndarray, correct: np.ndarray, n: np.ndarray, labels
     bins, correct, n = (np.asarray(a, dtype=np.int64) for a in (bins, correct, n))
     mixed = (correct > 0) & (correct < n)
     out = {"difficulty/informative": float(mixed.mean())}
+    num = int(bins.max()) + 1
     present = np.unique(bins)
-    q = np.array([np.mean(bins == b) for b in present])
-    p = np.array([correct[bins == b].sum() / n[bins == b].sum() for b in present])
-    n_b = np.array([n[bins == b].mean() for b in present])
-    for b in present:
-        out[f"difficulty/informative/{labels[b]}"] = float(mixed[bins == b].mean())
+    informative, count = bin_means(mixed, bins, num)
+    n_b = bin_means(n, bins, num)[0][present]
+    p = np.bincount(bins, weights=correct, minlength=num)[present] / np.bincount(bins, weights=n, minlength=num)[present]
+    q = count[present] / len(bins)
+    out |= {f"difficulty/informative/{labels[b]}": float(informative[b]) for b in present}
     sigma = np.sqrt(p * (1 - p))
     wse = weighted_se(q, sigma, n_b)
     wse_uniform = weighted_se(q, sigma, np.full(len(present), n.sum() / len(n)))

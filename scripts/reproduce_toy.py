@@ -70,13 +70,8 @@ EXTRA: dict[str, list[str]] = {
 # groups that carry gradient) and the paper's Prompt-GDRO with a larger step size (eta 2: weight ratios up to e^2,
 # BEYOND THE PAPER's 0.65, whose e^0.65 = 1.9 kept the reweighting mild on the frontier toy).
 CURRICULUM: dict[str, list[str]] = {
-    "grpo": ["sampler=uniform", "allocator=fixed"],
-    "oracle": ["sampler=oracle-levels", "allocator=fixed"],
-    "prompt-gdro": ["sampler=prompt-gdro", "allocator=fixed"],
-    "rollout-gdro": ["sampler=uniform", "allocator=rollout-gdro"],
-    "sqrt": ["sampler=uniform", "allocator=sqrt"],
-    "resample-frontier": ["sampler=prompt-gdro", "sampler.mode=resample", "sampler.signal=frontier",
-                          "allocator=fixed"],
+    **{m: METHODS[m] for m in ("grpo", "oracle", "prompt-gdro", "rollout-gdro", "sqrt")},
+    "resample-frontier": FRONTIER["resample-frontier"],
     "prompt-gdro-eta2": ["sampler=prompt-gdro", "sampler.eta=2.0", "allocator=fixed"],
 }
 PRESETS: dict[str, dict] = {

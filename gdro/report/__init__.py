@@ -46,7 +46,6 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from gdro.report.table1 import log_to_wandb, write_table1
 from gdro.report.figures import (
     _colors,
     _over_seeds,
@@ -93,6 +92,7 @@ from gdro.report.table import (
     to_markdown,
     write_table,
 )
+from gdro.report.table1 import log_to_wandb, write_table1
 
 __all__ = [
     "BASELINE", "DISPLAY_NAMES", "METHOD_ORDER", "METRIC_KEY", "ORACLE", "STATUSES", "Run", "Skipped",

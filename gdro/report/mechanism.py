@@ -21,6 +21,7 @@ import math
 
 import numpy as np
 
+from gdro.report.paired import first_last_quarter
 from gdro.report.runs import Run, _groups, _method_rank, bin_sort_key, display_name
 from gdro.report.table import format_cell, mean_ci
 
@@ -32,12 +33,7 @@ def _mean(rows: list[dict], key: str) -> float:
 
 def _quarters(rows: list[dict], key: str) -> tuple[float, float]:
     vals = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    q = len(vals) // 4
-    return (float(np.mean(vals[:q])), float(np.mean(vals[-q:]))) if q else (math.nan, math.nan)
-
-
-def _ci(values: list[float]) -> tuple[float, float, int]:
-    return mean_ci([v for v in values if math.isfinite(v)])
+    return first_last_quarter(vals) or (math.nan, math.nan)
 
 
 def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
@@ -49,20 +45,20 @@ def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
         if not per_run:
             continue
         row = {"method": method, "name": display_name(method), "n": len(per_run)}
-        row["informative"] = _ci([_mean(rows, "difficulty/informative") for rows in per_run])
+        row["informative"] = mean_ci([_mean(rows, "difficulty/informative") for rows in per_run])
         q = [_quarters(rows, "difficulty/informative") for rows in per_run]
-        row["informative_first"], row["informative_last"] = _ci([a for a, _ in q]), _ci([b for _, b in q])
+        row["informative_first"], row["informative_last"] = mean_ci([a for a, _ in q]), mean_ci([b for _, b in q])
         ratios = [_mean(rows, "difficulty/wse_ratio") for rows in per_run]
-        row["wse_ratio"] = _ci(ratios)
+        row["wse_ratio"] = mean_ci(ratios)
         row["wse_below_1"] = (sum(r < 1 - 1e-12 for r in ratios if math.isfinite(r)),
                               sum(math.isfinite(r) for r in ratios))
         lag = [_quarters(rows, "gdro/lead_lag") for rows in per_run]
-        row["lead_lag"] = (_ci([a for a, _ in lag]), _ci([b for _, b in lag]))
+        row["lead_lag"] = (mean_ci([a for a, _ in lag]), mean_ci([b for _, b in lag]))
         per_bin = {}
         for rows in per_run:
             for key in {k for r in rows for k in r if k.startswith("difficulty/informative/")}:
                 per_bin.setdefault(key.rsplit("/", 1)[1], []).append(_mean(rows, key))
-        row["per_bin"] = {b: _ci(v) for b, v in per_bin.items()}
+        row["per_bin"] = {b: mean_ci(v) for b, v in per_bin.items()}
         bins.update(per_bin)
         out.append(row)
     return out, sorted(bins, key=bin_sort_key)

@@ -84,15 +84,18 @@ def rollouts_spent(run: Run) -> float:
 
 
 
+def first_last_quarter(values: list[float]) -> tuple[float, float] | None:
+    """The mean of the first and of the last quarter of ``values`` (None for fewer than 4)."""
+    q = len(values) // 4
+    return (float(np.mean(values[:q])), float(np.mean(values[-q:]))) if q else None
+
+
+
 def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin") -> tuple[float, float] | None:
     """The batch's mean bin averaged over the first and the last quarter of the steps after the unseen phase
     (:meth:`Run.after_first_pass`: the steps after the first pass over the pool, the same for every row).
     None when the run does not log ``key`` or has fewer than 4 steps after that phase."""
-    vals = [r[key] for r in run.after_first_pass(key)]
-    q = len(vals) // 4
-    if q == 0:
-        return None
-    return float(np.mean(vals[:q])), float(np.mean(vals[-q:]))
+    return first_last_quarter([r[key] for r in run.after_first_pass(key)])
 
 
 
