@@ -9,8 +9,9 @@ How it works, and why:
 
 * **The lock is a POSIX record lock** (``fcntl.lockf``) on ``gdro.lock``, held on an open descriptor. The kernel (on
   NFS, the lock server) drops it when the holder dies, however it dies (SIGKILL, OOM, a crash), so a dead holder
-  never blocks a rerun and there is no stale lock to break by guesswork. The lock is not inherited by forked
-  children, and an ``O_EXCL`` lockfile would outlive its writer after a SIGKILL.
+  never blocks a rerun and there is no stale lock to break by guesswork (nor does a holder that died but is not yet
+  reaped: a zombie is not alive). The lock is not inherited by forked children, and an ``O_EXCL`` lockfile would
+  outlive its writer after a SIGKILL.
 * **The file holds the holder's record** (pid, host, boot id, start time, a heartbeat, the command), JSON padded to
   :data:`RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the heartbeat, and the
   run.json fields a full disk refused, are written even then (the next start records them: :meth:`RunDirLock.defer`).
@@ -123,26 +124,40 @@ def _boot_id() -> str | None:
         return None
 
 
-def _pid_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux): tells a live holder from a reused pid."""
+def _proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (Linux): state, ppid, ...; None if unreadable."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
+    return fields if len(fields) > 19 else None
+
+
+def _pid_start(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (Linux): tells a live holder from a reused pid."""
+    fields = _proc_stat(pid)
+    return fields[19] if fields else None
 
 
 def _alive_here(holder: dict[str, Any]) -> bool:
-    """Whether a record written on this host (and this boot) belongs to a process that still runs."""
+    """Whether a record written on this host (and this boot) belongs to a process that still runs.
+
+    A zombie does not: it has exited (its kernel lock is gone) and waits only for its parent to reap it -- right
+    after a ``kill -9`` for a moment, and for ever in a container whose PID 1 never reaps (#28 B11).
+    """
     pid = holder.get("pid")
     if not isinstance(pid, int) or pid == os.getpid() or holder.get("boot_id") != _boot_id():
         return False
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)  # (succeeds for a zombie)
     except ProcessLookupError:
         return False
     except PermissionError:
         pass
-    return holder.get("pid_start") in (None, _pid_start(pid))
+    fields = _proc_stat(pid)
+    if fields is not None and fields[0] in ("Z", "X"):  # zombie, or dead and being reaped
+        return False
+    return holder.get("pid_start") in (None, fields[19] if fields else None)
 
 
 RECORD_GRACE_S = 2.0  # a holder that has just taken the lock writes its record a moment later

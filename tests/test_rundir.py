@@ -86,6 +86,31 @@ def test_a_killed_holder_is_taken_over_with_what_it_deferred(tmp_path):
     lock.release()
 
 
+def _zombie(pid: int, timeout: float = 30.0) -> None:
+    """Wait until ``pid`` is a zombie (state Z in /proc/<pid>/stat): dead, its lock dropped, not yet reaped."""
+    deadline = time.monotonic() + timeout
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, f"pid {pid} did not become a zombie"
+        time.sleep(0.01)
+
+
+def test_a_killed_holder_not_yet_reaped_is_taken_over_at_once(tmp_path):
+    """kill -9, then a rerun at once (#28 B11): the dead holder stays a zombie until its parent reaps it -- here the
+    test process, which reaps it only after the rerun; in a container whose PID 1 never reaps, for ever. Its kernel
+    lock is already free, and a zombie is not a live holder."""
+    proc = _holder(tmp_path, 60)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)  # (not proc.send_signal / poll: nothing here may reap it)
+        _zombie(proc.pid)
+        lock = RunDirLock(tmp_path).acquire()
+        assert lock.previous["state"] == "held" and lock.previous["pid"] == proc.pid
+        assert f"taken over from pid {proc.pid} on host " in lock.takeover()
+        _zombie(proc.pid, timeout=0)  # and still unreaped
+        lock.release()
+    finally:
+        proc.wait()
+
+
 def test_a_live_heartbeat_from_another_host_holds_the_dir_and_a_stale_one_does_not(tmp_path):
     """A filesystem whose locks are node-local gives the kernel lock to a second node: the record's heartbeat
     still says the first holder is alive."""
