@@ -154,6 +154,38 @@ def _write(path: Path, obj: Any) -> None:
         os.fsync(fh.fileno())
 
 
+_OS_ERROR = re.compile(r"\(os error (\d+)\)")  # how safetensors (Rust) spells the errno of an I/O error
+
+
+@contextmanager
+def named_weights_io(model_dir: str | Path) -> Iterator[None]:
+    """Raise an I/O error that safetensors reports as a ``SafetensorError`` (not an ``OSError``: "Error while
+    serializing: I/O error: No space left on device (os error 28)", naming no file) as the ``OSError`` it wraps,
+    naming the weights file being written (else ``model_dir``)."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as err:
+        code = _OS_ERROR.search(str(err))
+        if code is None:
+            raise
+        errno_ = int(code.group(1))
+        raise OSError(errno_, os.strerror(errno_), _weights_file(err) or str(model_dir)) from err
+
+
+def _weights_file(err: BaseException) -> str | None:
+    """The file a failed safetensors save was writing: the ``filename`` its ``save_file`` frame was called with
+    (safetensors writes a temporary file and removes it on an error, so nothing on disk names it)."""
+    found, tb = None, err.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_locals.get("filename")
+        if isinstance(name, (str, os.PathLike)) and str(name).endswith(".safetensors"):
+            found = str(name)
+        tb = tb.tb_next
+    return found
+
+
 def _fsync_tree(root: Path) -> None:
     for p in sorted(root.rglob("*"), reverse=True):
         if p.is_file():

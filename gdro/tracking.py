@@ -88,6 +88,9 @@ class RunLogger:
 
     ``truncate_to`` (a byte length from :meth:`position`) cuts the file back to where a checkpoint left it, so a
     resumed run continues it without duplicated steps. ``wandb_id`` names the W&B run; the same id resumes it.
+
+    A failed append (a full disk, an immutable or unwritable file) raises once, naming ``metrics.jsonl``; closing
+    afterwards drops the row that failed instead of failing again on it, so that first error is the one reported.
     """
 
     def __init__(self, run_dir: Path, cfg: LoggerConfig, *, run_name: str, config: dict[str, Any],
@@ -104,6 +107,7 @@ class RunLogger:
             with self.path.open("r+b") as fh:
                 fh.truncate(truncate_to)
         self._fh = self.path.open("a", encoding="utf-8")
+        self._append_failed = False  # a row could not be written: it is still buffered, and closing would retry it
         self.wandb_run = None
         self.wandb_id = wandb_id
         self.group, self.tags = cfg.group or group, tuple(dict.fromkeys((*tags, *cfg.tags)))
@@ -138,15 +142,27 @@ class RunLogger:
     def log(self, row: dict[str, Any]) -> dict[str, Any]:
         """Append ``row`` (NaN/inf written as null) and return it as written."""
         row = {k: _clean(v) for k, v in row.items()}
-        with named_io(self.path):
-            self._fh.write(json.dumps(row) + "\n")
-            self._fh.flush()
+        try:
+            with named_io(self.path):
+                self._fh.write(json.dumps(row) + "\n")
+                self._fh.flush()
+        except OSError:
+            self._append_failed = True
+            raise
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=int(row["step"]))
         return row
 
     def close(self) -> None:
-        self._fh.close()
+        """Close ``metrics.jsonl`` and finish the W&B run. After a failed append (already raised, naming the file)
+        the file's close retries the same buffered row and fails the same way: that second error is dropped (the
+        file is closed all the same), so it cannot replace the first one on its way out of the run."""
+        try:
+            with named_io(self.path):
+                self._fh.close()
+        except OSError:
+            if not self._append_failed:
+                raise
         if self.wandb_run is not None:
             self.wandb_run.finish()
             self.wandb_run = None

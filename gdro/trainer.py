@@ -36,6 +36,7 @@ from gdro.checkpoint import (
     clear_leftovers,
     final_step,
     load_checkpoint,
+    named_weights_io,
     read_meta,
     rng_state,
     save_checkpoint,
@@ -416,10 +417,11 @@ class Trainer:
         if not self.dist.main:  # one process writes
             return
         with atomic_dir(path) as tmp:
-            with named_io(tmp):
+            with named_io(tmp), named_weights_io(tmp):  # a full disk in the weights: a SafetensorError
                 self.policy.save_pretrained(tmp, safe_serialization=True, state_dict=state)
                 self.tokenizer.save_pretrained(tmp)
-            (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.run.steps}), encoding="utf-8")
+            with named_io(tmp / FINAL_MARKER):
+                (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.run.steps}), encoding="utf-8")
 
     def _finished(self, step: int) -> bool:
         """Whether a resumed run has nothing left to do; a final save that was cut is finished here first."""
