@@ -33,8 +33,8 @@ from gdro.checkpoint import config_differences, latest_checkpoint, read_meta
 from gdro.distributed import Dist
 from gdro.interfaces import Problem
 from gdro.ioerrors import named_io
-from gdro.rundir import LockConfig
 from gdro.policy import Forward
+from gdro.rundir import LockConfig
 from gdro.tracking import RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, field_default, node_schema, validate_config
@@ -141,7 +141,11 @@ def run_name(choices: dict[str, str] | None, seed: int) -> str:
 
 
 def _previous_run_aside(run_dir: Path) -> None:
-    """A run dir holding an earlier run but no checkpoint: keep its files under ``*.prev-N`` names, start afresh."""
+    """A run dir holding an earlier run but no checkpoint: keep its files under ``*.prev-N`` names, start afresh.
+
+    A run.json set aside that still says ``running`` is completed with how that run ended (:func:`_previous_end`,
+    as a resume's ``resumes`` entry is): what it left in the lock because its disk was full, or that it ended
+    without a word. Else ``run.json.prev-N`` would say ``running`` for ever and the end kept in the lock be lost."""
     files = [run_dir / n for n in ("metrics.jsonl", "run.json", "config.yaml") if (run_dir / n).is_file()]
     if not files:
         return
@@ -150,7 +154,23 @@ def _previous_run_aside(run_dir: Path) -> None:
         k += 1
     for f in files:
         f.rename(run_dir / f"{f.name}.prev-{k}")
+    _record_end(run_dir / f"run.json.prev-{k}", run_dir)
     log.warning("%s held an earlier run without a checkpoint: its files were kept as *.prev-%d", run_dir, k)
+
+
+def _record_end(path: Path, run_dir: Path) -> None:
+    """Write into a set-aside run.json (``path``) how its run ended, if it still says ``running``; the lock's
+    deferred fields, once written there, are settled (recorded once)."""
+    try:
+        old = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # absent or unreadable: kept as it is
+    if not isinstance(old, dict) or old.get("status") != "running":
+        return
+    RunRecord(path, {**old, **_previous_end(old, run_dir)}).update()  # atomic; a full disk: a one-line error
+    lock = rundir.held(run_dir)
+    if lock is not None:
+        lock.settle()
 
 
 def _is_default(cfg: DictConfig, key: str, value: Any) -> bool:

@@ -8,15 +8,18 @@ owning the dir gives exactly the non-timing metrics of a run alone; a refused st
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 
 import pytest
 
+from gdro.cli import EXIT_IO_ERROR
 from gdro.tracking import read_metrics
-from tests.test_resume import REPO, _comparable, _env, _wait_for_checkpoint
-from tests.test_run_safety import _cmd, _run, _status
+from tests.test_resume import CLI, REPO, _comparable, _env, _wait_for_checkpoint
+from tests.test_run_safety import _cmd, _lines, _namespaces_work, _run, _status
 from tests.test_rundir import _zombie
 
 pytestmark = pytest.mark.slow
@@ -51,3 +54,70 @@ def test_a_rerun_right_after_kill_9_takes_over_from_the_unreaped_run(tmp_path, s
     assert _comparable(read_metrics(run_dir)) == _comparable(solo)
     record = _status(run_dir)
     assert record["status"] == "completed" and record["resumes"][-1]["previous"]["status"] == "unrecorded"
+
+
+# ------------------------------------------------------ B8: a full disk's end, kept in the lock, then set aside
+# Run inside a private mount namespace (unshare -rm) on a small tmpfs: a run without checkpoints whose disk another
+# writer fills before step 2, so that neither its rows nor its run.json fit (the end waits in gdro.lock); then, the
+# disk freed, the same command again, which finds no checkpoint and sets the old run aside. Writes its results.
+FULL_THEN_ASIDE = r"""
+import json, os, subprocess, sys
+from pathlib import Path
+mnt, out, cmd, fill = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3]), sys.argv[4]
+subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], check=True)
+run_dir, res = mnt / "run", {}
+for name, argv in (("full", [sys.executable, "-c", fill, str(mnt / "ballast"), *cmd[3:]]), ("next", cmd)):
+    done = subprocess.run([*argv, f"hydra.run.dir={run_dir}"], capture_output=True, text=True, timeout=300)
+    res[name] = {"rc": done.returncode, "stderr": done.stderr,
+                 **{n: (run_dir / n).read_text() for n in ("run.json", "run.json.prev-1", "metrics.jsonl",
+                                                           "gdro.lock") if (run_dir / n).is_file()}}
+    if (mnt / "ballast").exists():
+        os.remove(mnt / "ballast")
+out.write_text(json.dumps(res))
+"""
+FILL_BEFORE_STEP = """
+import os, sys
+import gdro.trainer as tr
+ballast = sys.argv.pop(1)
+step_ = tr.Trainer._step
+def fill_then_step(self, step, st):
+    if step == 2:
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
+        for size in (1 << 20, 4096, 1):
+            try:
+                while True:
+                    os.write(fd, b"x" * size)
+            except OSError:
+                pass
+        os.close(fd)
+    return step_(self, step, st)
+tr.Trainer._step = fill_then_step
+from gdro.cli import train
+sys.argv = ["gdro-train", *sys.argv[1:]]
+train()
+"""
+
+
+def test_a_full_disks_end_kept_in_the_lock_is_recorded_when_the_run_is_set_aside(tmp_path, solo):
+    """#28 B8: the run's end waited in gdro.lock (run.json could not take it); the next start finds no checkpoint
+    and keeps the old run as ``*.prev-1``: ``run.json.prev-1`` says it failed, and why -- not ``running``."""
+    reason = _namespaces_work()
+    if reason:
+        pytest.skip(reason)
+    (tmp_path / "mnt").mkdir()
+    cmd = [sys.executable, "-m", "gdro.cli", *CLI, "checkpoint.every=0", "checkpoint.at_end=false"]
+    subprocess.run(["unshare", "-rm", sys.executable, "-c", FULL_THEN_ASIDE, str(tmp_path / "mnt"),
+                    str(tmp_path / "res.json"), json.dumps(cmd), FILL_BEFORE_STEP], cwd=REPO, env=_env(), check=True,
+                   timeout=900)
+    full, nxt = json.loads((tmp_path / "res.json").read_text()).values()
+    assert full["rc"] == EXIT_IO_ERROR and len(_lines(full["stderr"])) == 1, full["stderr"]
+    assert "No space left on device (ENOSPC)" in full["stderr"] and "metrics.jsonl" in full["stderr"]
+    assert json.loads(full["run.json"])["status"] == "running"  # the disk took nothing more
+    assert json.loads(full["gdro.lock"])["deferred"]["status"] == "failed"  # the end waits in the lock
+    assert nxt["rc"] == 0, nxt["stderr"]
+    prev = json.loads(nxt["run.json.prev-1"])
+    assert prev["status"] == "failed" and "No space left on device" in prev["error"]
+    assert prev["recorded"].startswith("at the next start")
+    assert json.loads(nxt["run.json"])["status"] == "completed" and json.loads(nxt["gdro.lock"])["deferred"] is None
+    rows = [json.loads(line) for line in nxt["metrics.jsonl"].splitlines()]
+    assert _comparable(rows) == _comparable(solo)  # the new run, afresh

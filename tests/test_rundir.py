@@ -20,7 +20,7 @@ import pytest
 
 from gdro import cli, evaluator, ioerrors, rundir
 from gdro.rundir import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
-from tests.conftest import REPO
+from tests.conftest import FAST, REPO
 
 HOLDER = """
 import sys, time
@@ -188,3 +188,31 @@ def test_gdro_train_and_eval_name_an_uncreatable_run_dir_in_one_line(tmp_path, m
                 main()
             assert exit_.value.code == cli.EXIT_IO_ERROR
             assert _lines(capsys.readouterr().err) == [f"error: Not a directory (ENOTDIR): {tmp_path / 'file'}"]
+
+
+@pytest.mark.parametrize("deferred", [True, False], ids=["disk-full", "killed"])
+def test_a_run_set_aside_says_how_it_ended(tmp_path, monkeypatch, deferred):
+    """#28 B8: an earlier attempt without a checkpoint whose run.json still says ``running`` -- its disk was full, so
+    its end waits in gdro.lock (``disk-full``), or it was killed without a word (``killed``). The next start sets its
+    files aside as ``*.prev-1``; run.json.prev-1 says how that run ended, as a resume's ``previous`` entry would."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_dir = tmp_path / "run"
+    error = "OSError: No space left on device (ENOSPC): metrics.jsonl"
+    proc = _holder(run_dir, 60, *([error] if deferred else []))
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "last_step": 1, "wandb_id": "w"}))
+    (run_dir / "metrics.jsonl").write_text('{"step": 1}\n')
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    monkeypatch.setattr(sys, "argv", ["gdro-train", *FAST, f"hydra.run.dir={run_dir}"])
+    cli.train()
+    prev = json.loads((run_dir / "run.json.prev-1").read_text())
+    if deferred:
+        assert prev["status"] == "failed" and prev["error"] == error
+        assert prev["recorded"].startswith("at the next start")
+    else:
+        assert prev["status"] == "unrecorded" and "ended without recording it" in prev["error"]
+    assert prev["last_step"] == 1 and prev["wandb_id"] == "w"
+    assert (run_dir / "metrics.jsonl.prev-1").read_text() == '{"step": 1}\n'
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "completed" and "resumes" not in record and record["wandb_id"] != "w"
+    assert json.loads((run_dir / LOCK_NAME).read_text()).get("deferred") is None  # recorded once, not again
