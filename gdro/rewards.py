@@ -38,7 +38,10 @@ Bounded time, and why it is done here rather than by math-verify's own
   magnitude guard that rejects answers whose exact value would need more than ``_MAX_DIGITS`` digits (e.g.
   ``9^{9^{9^{9^9}}}``, which otherwise keeps ``verify`` busy for over a minute). This is a heuristic bound:
   a short symbolic answer can still be slow there (measured: ``(x+1)^{1000}`` 4 s, an ``\\int`` over 30 s,
-  ``\\prod_{i=1}^{10^6} i`` 17 s: sums and products are not measured).
+  ``\\prod_{i=1}^{10^6} i`` 17 s: sums and products are not measured). A power's size is its base's digits times
+  its exponent: an integer exponent is bounded by its digits, any other number by its value, read with ``evalf``
+  at 15 digits and bounded working precision when it is built from numbers and elementary functions, so cheap
+  values such as ``2^{\\sqrt2+\\sqrt3}`` pass and ``2^{\\sqrt2\\cdot10^{6}}`` does not (:func:`_exponent_size`).
   Score in the main thread (or in worker processes) when that matters. The guard applies in every thread, so
   junk of that kind scores the same in any thread.
 * math-verify logs "Timeout is disabled ..." once per process (parse and verify each); that is expected
@@ -326,7 +329,12 @@ def _digits(e: Any, depth: int = 0) -> float:
         return bits * _LOG10_2 if bits < 2**1000 else math.inf
     if isinstance(e, sympy.Pow):
         d_exp = _digits(e.exp, depth)
-        return math.inf if d_exp > 300 else max(_digits(e.base, depth), 1.0) * 10.0**d_exp
+        if d_exp > 300:
+            return math.inf
+        size = _exponent_size(e.exp)  # |exponent| when it is a number that is not an integer, else None
+        if size is None:
+            return max(_digits(e.base, depth), 1.0) * 10.0**d_exp
+        return max(_digits(e.base, depth), 1.0) * max(size, 1.0) + d_exp
     if isinstance(e, (sympy.factorial, sympy.gamma)):  # n! < n^n, and gamma(n) = (n-1)!
         d_n = _digits(e.args[0], depth)
         return math.inf if d_n > 300 else 10.0**d_n * max(d_n, 1.0)
@@ -338,6 +346,42 @@ def _digits(e: Any, depth: int = 0) -> float:
     if isinstance(e, MatrixBase):  # math-verify's matrices are mutable, not sympy.Basic: no .args
         return sum((_digits(x, depth) for x in e), 0.0)
     return sum((_digits(a, depth) for a in getattr(e, "args", ())), 0.0)
+
+
+# The nodes of an exponent that is measured by its value: numbers, pi/e/i, + * ^, and elementary functions.
+_NUMBER_NODES = (sympy.Number, sympy.NumberSymbol, sympy.core.numbers.ImaginaryUnit, sympy.Add, sympy.Mul, sympy.Pow)
+_ELEMENTARY = frozenset(f"sympy.functions.elementary.{m}" for m in ("exponential", "trigonometric", "hyperbolic"))
+_EXPONENT_DIGITS = 15  # the value of an exponent is read to this many digits (mpmath, via evalf: bounded precision)
+
+
+def _exponent_size(e: Any) -> float | None:
+    """``|e|`` for an exponent that is a number but not an integer, evaluated numerically; ``None`` otherwise.
+
+    ``_digits`` bounds a power ``b^e`` by ``digits(b) * |e|``. For an integer exponent ``|e| <= 10**_digits(e)``
+    is tight; for any other it is not (``_digits(sqrt(2)) = 4``, so ``2^{\\sqrt2+\\sqrt3}`` was bounded by 10^8
+    digits and refused, though its value is 6.24), so such an exponent, when built only from numbers, ``pi``,
+    ``e``, ``i``, ``+ * ^`` and elementary functions (a tree ``_digits`` has already measured: its numbers have at
+    most 300 digits), is read by its value: ``evalf`` to :data:`_EXPONENT_DIGITS` digits, whose working precision
+    is bounded (``maxn``). A value too large for a float is ``inf`` (refused); an exponent that cannot be evaluated
+    (symbols, integrals, sums, ...) or whose value is not a finite complex number is ``None``: the integer bound
+    applies. Never raises an ``Exception``.
+    """
+    if isinstance(e, sympy.Integer) or not isinstance(e, sympy.Basic):
+        return None
+    if not isinstance(e, sympy.Number) and not all(
+            isinstance(node, _NUMBER_NODES) or type(node).__module__ in _ELEMENTARY
+            for node in sympy.preorder_traversal(e)):
+        return None
+    try:
+        if isinstance(e, sympy.Rational):
+            value = abs(e.p / e.q)
+        else:
+            value = abs(complex(e.evalf(_EXPONENT_DIGITS, maxn=4 * _EXPONENT_DIGITS)))
+    except OverflowError:
+        return math.inf
+    except Exception:  # noqa: BLE001 -- not a number evalf can give (unevaluated, nan, ...): the integer bound
+        return None
+    return value if not math.isnan(value) else None
 
 
 def _too_large(parsed: list) -> bool:

@@ -103,6 +103,18 @@ def test_every_gold_matches_itself_and_a_perturbed_gold_does_not(file):
     assert not b.correct.any(), [pair for pair, ok in zip(pairs, b.correct) if ok]
 
 
+def test_every_benchmark_file_there_is_covered_and_the_qwen_minerva_golds_match_themselves():
+    """Every benchmark file of the real copies is in FILES, or (the Qwen harness's Minerva copy, which needs
+    solution_key) scored here: every gold matches itself as a box, on both paths, with no timeout."""
+    assert {p.name for p in REALDATA.glob("*.jsonl")} == {*FILES, "minerva_qwen_eval.jsonl"}
+    problems, report = load_benchmark("minerva", data_files=str(REALDATA / "minerva_qwen_eval.jsonl"),
+                                      solution_key="solution")
+    golds = [p.answer for p in problems]
+    for fast in (True, False):
+        b = reward_for(report, fast_path=fast).score([f"So \\boxed{{{g}}}" for g in golds], golds, [True] * len(golds))
+        assert b.correct.all() and b.n_timeout == 0 and b.n_error == 0, [g for g, ok in zip(golds, b.correct) if not ok]
+
+
 def test_minerva_python_floats_are_their_value():
     """58 of Minerva's golds are Python floats: math-verify read 4.5e33 as 4.5·e·33, so no answer could match."""
     gold = gold_of("minerva.jsonl", "4.5e33")

@@ -140,7 +140,7 @@ TRICKY_GOLDS = [
     "(10^{3})!",  # rejected by the magnitude guard: an equal answer scores as a timeout
     "\\binom{10^{6}}{10^{3}}",
     "4!!!",
-    "10^{-10^{3}}",
+    "10^{-10^{6}}",  # (10^{-10^{3}}, 1,001 digits, was refused too: the guard bounded its exponent by 10^5.2)
     "final answer is 5",  # "final answer" patterns rank before the box pattern in math-verify
     "the answer is 3",
     "5\\",

@@ -334,6 +334,86 @@ def test_digits_bounds_powers_factorials_binomials(n, k):
         assert _digits(e) >= exact(e) - 1e-9, e
 
 
+# Irrational powers, nested radicals and transcendental constants: cheap to compare, so each must match itself. The
+# first three (and the other powers whose exponent is an irrational sum or quotient) were refused by the magnitude
+# guard, which bounded sqrt(2) by 10^4, so 2^{sqrt2+sqrt3} by 10^8 digits: scored as a timeout, never correct.
+IRRATIONAL = [
+    "2^{\\frac{1+\\sqrt5}{2}}", "2^{\\sqrt2+\\sqrt3}", "10^{\\frac{-5+\\sqrt{13}}{6}}", "7^{\\frac{\\sqrt{3}-1}{2}}",
+    "2^{\\sqrt{2}^{\\sqrt{2}}}", "4^{\\frac{1}{\\sqrt{2}}}", "2^{\\frac{\\sqrt{5}-1}{2}}\\pi", "3^{\\frac{1}{\\sqrt{3}+1}}",
+    "3^{\\sqrt2}", "e^{\\pi}", "2^{1/3}", "\\pi^{e}", "e^{\\sqrt{2}}", "2^{\\sqrt{2}}\\cdot 3^{\\sqrt{3}}",
+    "\\left(\\sqrt{2}\\right)^{\\sqrt{2}}", "5^{\\log_2 3}", "2^{\\pi}", "e^{-\\frac{\\pi}{2}}", "3^{2-\\sqrt{2}}",
+    "\\left(1+\\sqrt{2}\\right)^{\\sqrt{3}}", "\\sqrt{2}^{\\sqrt{3}+1}", "10^{-\\sqrt{3}}", "\\pi^{\\sqrt{2}}", "e^{e}",
+    "2^{\\sqrt{2}}+2^{-\\sqrt{2}}", "\\log_{2}(3)^{\\sqrt{5}}", "10^{10^{\\sqrt{5}}}",
+    "\\sqrt{2+\\sqrt{3}}", "\\sqrt{5+2\\sqrt{6}}", "\\sqrt[3]{2+\\sqrt{5}}+\\sqrt[3]{2-\\sqrt{5}}",
+    "\\sqrt{1+\\sqrt{1+\\sqrt{1+\\sqrt{1+\\sqrt{1+\\sqrt{2}}}}}}", "\\frac{\\sqrt{6}+\\sqrt{2}}{4}", "\\sqrt[4]{3+2\\sqrt{2}}",
+    "\\sqrt{3+\\sqrt{5+\\sqrt{7}}}", "(\\sqrt{3}+\\sqrt{2})^{\\frac{1}{3}}",
+    "\\ln 2+\\pi^{2}", "\\sqrt{\\pi}\\, e^{-1/4}", "\\cos\\frac{\\pi}{7}", "\\frac{\\pi^2}{6}", "e^{\\pi\\sqrt{163}}",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast-path", "math-verify"])
+def test_irrational_powers_nested_radicals_and_constants_match_themselves(fast):
+    r = MathVerifyReward(fast_path=fast)
+    b = r.score([f"So \\boxed{{{g}}}" for g in IRRATIONAL], IRRATIONAL, [True] * len(IRRATIONAL))
+    assert b.correct.all() and b.n_timeout == 0 and b.n_error == 0, [
+        g for g, ok in zip(IRRATIONAL, b.correct) if not ok]
+
+
+@pytest.mark.parametrize(
+    ("answer", "gold", "correct"),
+    [
+        ("4^{\\frac{1+\\sqrt5}{4}}", "2^{\\frac{1+\\sqrt5}{2}}", True),
+        ("2^{(1+\\sqrt{5})/2}", "2^{\\frac{1+\\sqrt5}{2}}", True),
+        ("2^{\\sqrt3+\\sqrt2}", "2^{\\sqrt2+\\sqrt3}", True),
+        ("2^{\\sqrt{2}}\\cdot 2^{\\sqrt{3}}", "2^{\\sqrt2+\\sqrt3}", True),
+        ("10^{(\\sqrt{13}-5)/6}", "10^{\\frac{-5+\\sqrt{13}}{6}}", True),
+        ("\\sqrt{2}+\\sqrt{3}", "\\sqrt{5+2\\sqrt{6}}", True),
+        ("2^{\\sqrt2}", "2^{\\sqrt3}", False),
+        ("2^{\\sqrt3}", "3^{\\sqrt2}", False),
+        ("2^{\\frac{1-\\sqrt5}{2}}", "2^{\\frac{1+\\sqrt5}{2}}", False),
+        ("2^{\\frac{1+\\sqrt6}{2}}", "2^{\\frac{1+\\sqrt5}{2}}", False),
+        ("2^{\\frac{1+\\sqrt5}{2}}+10^{-6}", "2^{\\frac{1+\\sqrt5}{2}}", False),
+        ("2^{\\sqrt2+\\sqrt{3.0001}}", "2^{\\sqrt2+\\sqrt3}", False),
+        ("10^{\\frac{-5+\\sqrt{14}}{6}}", "10^{\\frac{-5+\\sqrt{13}}{6}}", False),
+        ("2^{1.41421}", "2^{\\sqrt{2}}", False),  # an exponent rounded to 6 digits: 2.665140 against 2.665144
+        ("2.6651", "2^{\\sqrt{2}}", False),
+        ("\\pi^{e}", "e^{\\pi}", False),
+    ],
+)
+def test_irrational_powers_equal_values_match_distinct_ones_do_not(answer, gold, correct):
+    b = one(MathVerifyReward(), f"\\boxed{{{answer}}}", gold)
+    assert b.correct.tolist() == [correct] and b.n_timeout == 0 and b.n_error == 0
+
+
+# Powers whose non-integer exponent is huge: the guard must still refuse them (scripts/reward_worst_case.py times them)
+HUGE_POWERS = [
+    "2^{10^{6}+\\sqrt{2}}", "2^{\\sqrt{2}\\cdot 10^{6}}", "2^{-\\sqrt{2}\\cdot 10^{6}}", "2^{\\frac{10^{7}}{3}}",
+    "2^{10^{100}\\sqrt2}", "9^{9^{9^{\\sqrt2}}}", "2^{\\pi^{\\pi^{\\pi}}}", "2^{e^{e^{e^{10}}}}", "2^{\\exp(10^{300})}",
+    "3^{\\sinh(10^{5})}", "(1+\\sqrt2)^{10^{5}\\pi}", "2^{\\sqrt{10^{600}}}", "10^{10^{5.1}}", "2^{\\tan(10^{300})}",
+    "2^{\\frac{1}{\\sqrt{2}-1.4142135623730951}}",
+]  # fmt: skip
+
+
+@pytest.mark.timeout(120)
+def test_irrational_exponents_of_huge_size_are_still_refused_in_a_thread():
+    """The guard reads a non-integer exponent by its value (evalf, bounded precision): a huge one is still refused,
+    where no deadline applies too, and reading it stays cheap (timed here: printed, not asserted)."""
+    huge = HUGE_POWERS
+    out: dict = {}
+
+    def work():
+        t0 = time.perf_counter()
+        out["b"] = MathVerifyReward().score([f"\\boxed{{{h}}}" for h in huge], ["389192"] * len(huge),
+                                            [True] * len(huge))
+        out["dt"] = time.perf_counter() - t0
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    print(f"{len(huge)} huge irrational powers in a thread: {out['dt']:.2f} s")
+    assert out["b"].n_timeout == len(huge) and not out["b"].correct.any()
+
+
 def _prefix_guard(parsed: list) -> bool:
     """The magnitude guard as it was before the fix: log10 of a Float, which raises on a zero."""
     return any(math.log10(abs(float(p))) > 5 for p in parsed if isinstance(p, sympy.Float))
