@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # `python -m gdro.cli` (torchrun, tests): a Ctrl-C from here on is one line (gdro.entry)
+    from gdro.entry import interrupt_at_once
+
+    interrupt_at_once("gdro-train")
+
 import difflib
 import gc
+import json
 import logging
 import os
 import signal
@@ -15,6 +21,8 @@ from typing import TYPE_CHECKING, NoReturn
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 if TYPE_CHECKING:
@@ -26,6 +34,22 @@ log = logging.getLogger("gdro")
 
 @hydra.main(config_path=CONF_DIR, config_name="train", version_base="1.3")
 def _train(cfg: DictConfig) -> float | None:
+    hc = HydraConfig.get()
+    if hc.mode != RunMode.MULTIRUN or SWEEP_REPORT_ENV not in os.environ:
+        return _job(cfg)
+    global _sweep_job  # one job at a time in this process (Hydra's launchers run them in turn)
+    _sweep_job = True
+    try:
+        return _job(cfg)
+    except UserExit as err:  # a user error of this job (a held run dir, say): reported at the sweep's end
+        _record_failed_job(hc, err)
+        _detach_log_file(Path(hc.runtime.output_dir))  # what the launcher logs next stays out of that dir
+        return None
+    finally:
+        _sweep_job = False
+
+
+def _job(cfg: DictConfig) -> float | None:
     from gdro.build import build_trainer
     from gdro.rollout.base import close_engine
     from gdro.trainer import Interrupted, StopRequest
@@ -40,8 +64,10 @@ def _train(cfg: DictConfig) -> float | None:
     # one process owns the run dir (taken before Hydra started when the dir was known then; re-entered here).
     # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save a checkpoint, exit cleanly; rerun to resume
     with user_errors(), _run_dir_lock(cfg, run_dir) as lock, StopRequest().installed() as stop:
-        if lock is not None and lock.takeover():
-            log.warning("%s", lock.takeover())  # (in the job log: the lock may have been taken before Hydra's logging)
+        if lock is not None:
+            _save_hydra_files(cfg, run_dir)  # Hydra's own (conf/train.yaml: output_subdir null), now that we own it
+            if lock.takeover():
+                log.warning("%s", lock.takeover())
         trainer = build_trainer(cfg, run_dir, choices=choices)
         trainer.stop = stop
         # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
@@ -65,11 +91,96 @@ def _train(cfg: DictConfig) -> float | None:
     return None
 
 
+HYDRA_SUBDIR = ".hydra"  # where the job's composed config, Hydra's config and the overrides are saved
+
+
+def _save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
+    """Write what Hydra writes into ``<run_dir>/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), once this
+    process holds the run dir: conf/train.yaml turns Hydra's own writing off (``hydra.output_subdir: null``), which
+    happens before the job starts and so would overwrite the files of a run that holds the dir and refuses us."""
+    from gdro.ioerrors import named_io
+
+    hydra_cfg = HydraConfig.instance().cfg
+    out = run_dir / HYDRA_SUBDIR
+    with named_io(out):
+        out.mkdir(parents=True, exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
+                       ("overrides.yaml", hydra_cfg.hydra.overrides.task)):
+        with named_io(out / name), open(out / name, "w", encoding="utf-8") as fh:
+            fh.write(OmegaConf.to_yaml(node))
+
+
+# ------------------------------------------------------------------------------ a sweep runs every job it can
+SWEEP_REPORT_ENV = "GDRO_SWEEP_REPORT"  # set for a sweep's jobs: the file where a job that failed says so
+_sweep_job = False  # while a sweep job runs in this process: its user error is reported at the end, not printed
+_sweep_failures: list[dict] = []  # what the sweep's jobs reported (read by train() once the sweep has ended)
+
+
+class SweepReport(Callback):
+    """A sweep (``-m``) runs every job it can: a job refused because another process holds its run dir (or failing
+    with any other one-line user error) is recorded instead of ending the sweep, and once every job has run the
+    sweep prints one line per such job and exits with the first one's status (75 for a held dir).
+
+    The jobs write to ``<sweep dir>/.gdro-sweep-<id>.jsonl`` (named in ``GDRO_SWEEP_REPORT``, which the launchers
+    pass on to their job processes: Hydra's basic launcher runs them here, submitit's start them with this
+    environment), so the report works for jobs in other processes too. Registered in conf/train.yaml."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        os.environ[SWEEP_REPORT_ENV] = str(sweep_dir / f".gdro-sweep-{os.getpid()}-{os.urandom(4).hex()}.jsonl")
+        _sweep_failures.clear()
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
+        path = Path(os.environ.pop(SWEEP_REPORT_ENV, ""))
+        if not path.name or not path.is_file():
+            return
+        _sweep_failures.extend(json.loads(line) for line in path.read_text().splitlines() if line.strip())
+        path.unlink(missing_ok=True)
+
+
+def _record_failed_job(hc: DictConfig, err: UserExit) -> None:
+    """Append this job's failure to the sweep's report (re-raise when even that cannot be written)."""
+    record = {"num": hc.job.num, "overrides": " ".join(hc.overrides.task), "status": err.code, "line": err.line}
+    path = Path(os.environ[SWEEP_REPORT_ENV])
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record) + "\n")
+    except OSError:
+        print(err.line, file=sys.stderr)
+        raise err from None
+
+
+def _detach_log_file(run_dir: Path) -> None:
+    """Close and remove the root logger's file handlers that write into ``run_dir`` (Hydra's job log: a refused job
+    never opened it, and the launcher's lines after the job -- submitit's "Job completed" -- must not create it)."""
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.absolute():
+            root.removeHandler(handler)
+            handler.close()
+
+
+def _report_sweep() -> None:
+    """After a sweep: one line per job that failed with a user error, and exit with the first one's status."""
+    if not _sweep_failures:
+        return
+    failed = sorted(_sweep_failures, key=lambda r: r["num"])
+    _sweep_failures.clear()
+    for r in failed:
+        print(f"gdro-train: sweep job #{r['num']} ({r['overrides'] or 'no overrides'}) did not run: {r['line']}",
+              file=sys.stderr)
+    sys.exit(failed[0]["status"])
+
+
 def train() -> None:
     """Console script ``gdro-train``: the config is composed and checked first; a user error is one line, exit 2.
 
     A run dir named on the command line (no ``${now:...}`` in ``hydra.run.dir``) is locked here, before Hydra
-    writes its ``.hydra/`` files and log into it; any other is checked for being creatable, then locked in the job.
+    starts the job; any other is checked for being creatable, then locked in the job. Hydra itself writes nothing
+    into a run dir before the job holds its lock (its ``.hydra/`` files are written by the job, its log file is
+    opened at the first line logged). Run as ``gdro-train`` or ``python -m gdro.cli``, a Ctrl-C before the run's own
+    handler is in place is one line, status 130 (gdro.entry).
     """
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     cfg = precheck(sys.argv[1:], "train", _check_train)  # every job checked with the overrides as written
@@ -80,8 +191,9 @@ def train() -> None:
     try:
         with user_errors(), _planned_run_dir_lock(cfg):
             _train()
-    except KeyboardInterrupt:  # a Ctrl-C before or after the run's own handler was in place (waiting for the lock)
+    except KeyboardInterrupt:  # a second Ctrl-C while the run's handler was in place, outside fit()
         _stop_now(None, "by Ctrl-C")
+    _report_sweep()
 
 
 def _main_process() -> bool:
@@ -168,6 +280,15 @@ def _user_error_types() -> tuple[type[BaseException], ...]:
     return (ConfigError, CheckpointError, ModelUnavailableError)
 
 
+class UserExit(SystemExit):
+    """The exit of a user error (``code``: its status), after its one ``line`` was printed (or, in a sweep's job,
+    kept for the sweep's report: :class:`SweepReport`)."""
+
+    def __init__(self, line: str, status: int):
+        super().__init__(status)
+        self.line = line
+
+
 def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:
     """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -176,8 +297,10 @@ def fail(err: BaseException | str, label: str = "config error", status: int = EX
 
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
-    print(f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}", file=sys.stderr)
-    sys.exit(status)
+    line = f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}"
+    if not _sweep_job:
+        print(line, file=sys.stderr)
+    raise UserExit(line, status)
 
 
 @contextmanager
@@ -193,6 +316,8 @@ def user_errors() -> Iterator[None]:
 
     try:
         yield
+    except (KeyboardInterrupt, SystemExit):  # first: the clauses below import gdro.build (torch), which a Ctrl-C
+        raise  #                                 may have cut in half
     except _user_error_types() as err:
         fail(err)
     except RunDirLocked as err:

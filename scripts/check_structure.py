@@ -29,7 +29,7 @@ FLOORS = {
     4: ["distributed", "policy"],  # the execution layer: how a step runs
     5: ["trainer"],  # the loop
     6: ["build"],  # the composition root
-    7: ["cli", "evaluator", "report", "rescore", "paper_table"],  # entry points
+    7: ["cli", "entry", "evaluator", "report", "rescore", "paper_table"],  # entry points
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 
