@@ -16,10 +16,11 @@ read. These rules run before math-verify, on a gold and on the content of an ans
   ``\\mathcal{E}_{1}``. math-verify could not read ``E_{1},E_{2}`` at all and read
   ``\\frac{1}{3} E_{1}+\\frac{2}{3} E_{2}`` as ``2/3``, so that ``... E_{3}`` matched it.
 * **Percent** (:func:`split_percent`): a trailing percent sign (``17.5%``, ``17.5\\%``, ``8 \\%``,
-  ``17.5\\text{\\%}``, ``17.5 percent``) on **either side** means the value may be read as written or as a
-  fraction: ``x%`` matches ``x``, ``x\\%`` and ``x/100``; the other side is compared with both readings. So gold
-  ``17.5%`` accepts ``17.5``, ``17.5\\%`` and ``0.175``, and gold ``10`` accepts ``10\\%``; gold ``0.1`` accepts
-  ``10\\%`` but not ``10`` (no percent sign anywhere). ``"boxed"`` mode only.
+  ``17.5\\text{\\%}``) or word (``17.5 percent``, ``percentage``, ``pct``, bare or in ``\\text{}``) on **either
+  side** means the value may be read as written or as a fraction: ``x%`` matches ``x``, ``x\\%`` and ``x/100``; the
+  other side is compared with both readings. So gold ``17.5%`` accepts ``17.5``, ``17.5 pct``, ``17.5\\%`` and
+  ``0.175``, and gold ``10`` accepts ``10\\%``; gold ``0.1`` accepts ``10\\%`` but not ``10`` (no percent sign
+  anywhere). ``"boxed"`` mode only.
 * **Relations**: a text that math-verify cannot read and that holds a top-level ``=`` is read from its right-hand
   side (``m_{\\max}=n^{2}-n-1`` is ``n^{2}-n-1``).
 * **Text**: a gold that still cannot be read is compared as *normalised* text (:func:`normalize_text`: whitespace,
@@ -60,8 +61,10 @@ SCI_FLOAT = re.compile(r"(?<![A-Za-z0-9_.\\])(\d+(?:\.\d*)?|\.\d+)e([+-]?)(\d+)(
 _BARE_POINT = re.compile(r"(?<![0-9.])(\d+)\.(?![0-9A-Za-z])")  # "1./3" -> "1/3"; never "1.5", never "x."
 PY_FUNCS = ("arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sin", "cos", "tan", "exp", "log", "pi")
 _PY_FUNC = re.compile(r"\b(?:np|numpy|math)\.(" + "|".join(PY_FUNCS) + r")\b")
+_PERCENT_WORD = r"(?:percent(?:age)?|pct\.?)"  # 28 percent, 28 percentage, 28 pct
 _PERCENT = re.compile(
-    r"(?:\\[,;:! ]|\s)*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\(?:text|mathrm)\{\s*percent\s*\}|percent)\s*$"
+    r"(?:\\[,;:! ]|\s)*(?:\\%|%|\\text\{\s*\\?%\s*\}|\\(?:text|mathrm)\{\s*" + _PERCENT_WORD + r"\s*\}"
+    r"|(?<![A-Za-z])" + _PERCENT_WORD + r")\s*$"
 )
 _SUBSCRIPT_E = re.compile(r"(?<![\\A-Za-z])E_")
 _SPACING = re.compile(r"\\[,;:! ]|\\(?:left|right|displaystyle)\b|\\q?quad\b|\s+|\$")

@@ -156,6 +156,22 @@ def test_percent_golds_keep_their_meaning_both_ways():
         True, True, True, False]
 
 
+def test_percent_words_count_as_a_percent_sign():
+    """``28 pct`` and ``28 percentage`` scored wrong against ``28\\%`` while ``28 percent`` scored right."""
+    for raw in ("17.5%", "8 \\%", "62.5%"):
+        gold = gold_of("olympiadbench.jsonl", raw)
+        value = raw.split("%")[0].rstrip(" \\")
+        wrong = str(float(value) + 1)
+        assert verdicts("olympiadbench.jsonl", gold, [
+            f"{value} pct", f"{value} percentage", f"{value}\\text{{ pct}}", f"{value}\\ \\text{{percentage}}",
+            f"{value} percent", f"{value}\\%", f"{wrong} pct", f"{wrong} percentage", f"{value} pcts"]) == [
+            True] * 6 + [False] * 3, raw
+    # the gold of the report, 28\\%: a percent word reads both ways, like the sign (28 and 0.28)
+    assert MathVerifyReward(fast_path=False).score(
+        ["\\boxed{28 pct}", "\\boxed{28 percentage}", "\\boxed{0.28}", "\\boxed{29 pct}"], ["28\\%"] * 4,
+        [True] * 4).correct.tolist() == [True, True, True, False]
+
+
 def test_evaluation_reads_the_whole_completion_training_its_window():
     problems, report = load("math500.jsonl")
     p = problems[0]
