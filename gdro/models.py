@@ -9,7 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
+import logging
 import os
+import pickle
+import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -162,15 +167,51 @@ def model_dir_problem(path: str | Path) -> str | None:
     if missing:
         return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
                 "rerunning the gdro-train command that wrote it finishes it)")
+    return weights_problem(path)
+
+
+def weights_problem(path: str | Path) -> str | None:
+    """The first weights file of model dir ``path`` that cannot load, in one line (None: none found). Cheap,
+    nothing is loaded: a ``*.safetensors`` file's header and length; a ``*.bin`` file's zip directory (at its end:
+    a truncated ``torch.save`` file has none), or, for the legacy format (no zip), its first byte."""
     from safetensors import SafetensorError, safe_open
 
-    for weights in sorted(path.glob("*.safetensors")):  # the header and the file's length: cheap, nothing loaded
+    def unreadable(weights: Path, why: object) -> str:
+        return f"{str(weights)!r} is unreadable, truncated or corrupt ({' '.join(str(why).split())})"
+
+    path = Path(path)
+    for weights in sorted(path.glob("*.safetensors")):
         try:
             with safe_open(str(weights), framework="pt"):
                 pass
         except (SafetensorError, OSError) as err:
-            return f"{str(weights)!r} is unreadable, truncated or corrupt ({' '.join(str(err).split())})"
+            return unreadable(weights, err)
+    for weights in sorted(path.glob("*.bin")):
+        try:
+            if zipfile.is_zipfile(weights):
+                with zipfile.ZipFile(weights):
+                    continue
+            with weights.open("rb") as fh:
+                if fh.read(1) != b"\x80":  # a legacy torch.save file is a pickle: it opens with PROTO
+                    return unreadable(weights, "not a whole torch.save file: no zip directory at its end (cut short?)")
+        except (zipfile.BadZipFile, OSError) as err:
+            return unreadable(weights, err)
     return None
+
+
+def _tokenizer_problem(path: str, err: BaseException) -> str:
+    """Why the tokenizer of model dir ``path`` does not load, in one line: the first of its JSON files that does not
+    parse (a truncated or corrupt ``tokenizer.json``), else ``err`` itself."""
+    for name in (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "vocab.json"):
+        file = Path(path) / name
+        if file.is_file():
+            try:
+                json.loads(file.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as bad:
+                return f"{str(file)!r} is unreadable, truncated or corrupt ({' '.join(str(bad).split())})"
+    present = [name for name in TOKENIZER_FILES if (Path(path) / name).is_file()]
+    return (f"its tokenizer ({', '.join(present) or 'no tokenizer file'}) does not load "
+            f"({type(err).__name__}: {' '.join(str(err).split())})")
 
 
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
@@ -202,6 +243,10 @@ def load_tokenizer(spec: ModelSpec):
         tokenizer = AutoTokenizer.from_pretrained(path, revision=spec.revision, trust_remote_code=spec.trust_remote_code)
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         raise _unavailable(spec, path, err) from err
+    except Exception as err:  # a local file that does not parse (JSONDecodeError; tokenizers raises a bare Exception)
+        if not Path(path).is_dir():
+            raise
+        raise ModelUnavailableError(f"Cannot load model {path!r}: {_tokenizer_problem(path, err)}") from err
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -240,6 +285,76 @@ def cache_kwarg(module) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+@contextlib.contextmanager
+def _held_load_report() -> Iterator[None]:
+    """transformers' load report (a table of missing, unexpected and mismatched weights, logged as a warning of many
+    lines), held back while a model loads: logged after a load that succeeds, dropped with a load that fails (whose
+    one-line error says what matters in it)."""
+    logger = logging.getLogger("transformers.modeling_utils")
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    logger.addFilter(hold)
+    try:
+        yield
+    finally:
+        logger.removeFilter(hold)
+    for record in held:  # reached only when the load succeeded
+        logger.handle(record)
+
+
+def _mismatch(path: str, keys: set[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> str:
+    """One line for weights whose shapes are not those ``config.json`` gives (``(key, in the weights, by the
+    config)``)."""
+    key, weights, config = min(keys)
+    more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+    return (f"{str(Path(path) / 'config.json')!r} does not match its weights: {key} is {list(weights)} in the "
+            f"weights but {list(config)} by config.json{more} (a config.json of another model size?)")
+
+
+def shape_problem(path: str | Path, trust_remote_code: bool = False) -> str | None:
+    """Weights of model dir ``path`` whose shapes are not those its ``config.json`` gives (a config.json of another
+    model size), in one line; None when they match or cannot be compared. Cheap, no weight is read: the model
+    built on the meta device against the shapes the weights files record (``*.safetensors`` headers, a zip
+    ``*.bin``'s tensor records), for the names both have. (Checked before loading: transformers would draw its
+    progress bar and log a table of many lines, then raise.)"""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    files = sorted(Path(path).glob("*.safetensors")) or sorted(p for p in Path(path).glob("*.bin")
+                                                                if zipfile.is_zipfile(p))
+    if not files:
+        return None
+    try:
+        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
+        if getattr(config, "quantization_config", None):
+            return None  # packed weights: their stored shapes are not the layers' shapes
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
+        mismatched = {(key, shape, expected[key]) for key, shape in _stored_shapes(files)
+                      if key in expected and expected[key] != shape}
+    except Exception:  # noqa: BLE001 (not comparable here: from_pretrained says what is wrong, if anything)
+        return None
+    return _mismatch(str(path), mismatched) if mismatched else None
+
+
+def _stored_shapes(files: list[Path]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """(name, shape) of every tensor in the weights ``files``, reading no tensor data."""
+    from safetensors import safe_open
+
+    for weights in files:
+        if weights.suffix == ".safetensors":
+            with safe_open(str(weights), framework="pt") as fh:
+                for key in fh.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
+                    yield key, tuple(fh.get_slice(key).get_shape())
+        else:  # mapped, onto the meta device: the records only
+            state = torch.load(weights, mmap=True, weights_only=True, map_location="meta")
+            yield from ((key, tuple(t.shape)) for key, t in state.items() if isinstance(t, torch.Tensor))
+
+
 def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None, train: bool = False):
     """Load ``(model, tokenizer)`` for any causal LM on ``device``; left padding and a pad token are guaranteed.
 
@@ -256,15 +371,28 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
     target = resolve_device(device)
     tokenizer = load_tokenizer(spec) if tokenizer is None else tokenizer
     path = resolve_path(spec.name_or_path)
+    problem = shape_problem(path, spec.trust_remote_code) if Path(path).is_dir() else None
+    if problem is not None:
+        raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=spec.train_dtype if train else spec.torch_dtype, attn_implementation=spec.attn_implementation,
-            revision=spec.revision, trust_remote_code=spec.trust_remote_code)
+        with _held_load_report():
+            model, info = AutoModelForCausalLM.from_pretrained(
+                path, dtype=spec.train_dtype if train else spec.torch_dtype,
+                attn_implementation=spec.attn_implementation, revision=spec.revision,
+                trust_remote_code=spec.trust_remote_code, ignore_mismatched_sizes=True, output_loading_info=True)
+            if info.get("mismatched_keys"):  # (weights shape_problem cannot read): the report held back is dropped
+                raise ModelUnavailableError(f"Cannot load model {path!r}: {_mismatch(path, info['mismatched_keys'])}")
     except (OSError, HfHubHTTPError, HFValidationError) as err:
+        if isinstance(err, ModelUnavailableError):
+            raise
         raise _unavailable(spec, path, err) from err
-    except SafetensorError as err:  # truncated or corrupt weights
-        raise ModelUnavailableError(f"Cannot load model {path!r}: its weights are unreadable, truncated or corrupt "
-                                    f"({err})") from err
+    except (SafetensorError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # truncated or corrupt weights
+        problem = weights_problem(path) if Path(path).is_dir() else None
+        if problem is None and not isinstance(err, SafetensorError) and "PytorchStreamReader" not in str(err) \
+                and not isinstance(err, (EOFError, pickle.UnpicklingError)):
+            raise
+        raise ModelUnavailableError(f"Cannot load model {path!r}: " + (problem or "its weights are unreadable, "
+                                    f"truncated or corrupt ({' '.join(str(err).split())})")) from err
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     if model.generation_config.eos_token_id is None:
