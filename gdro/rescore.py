@@ -30,7 +30,7 @@ import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -202,9 +202,17 @@ def _print(figures: dict, loaded: dict, skipped: Counter, window: str) -> None:
         print("[gdro-rescore] lines skipped: " + ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())))
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with its usage errors in one line, as gdro-report's (its own print the usage block first)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console script ``gdro-rescore``; a bad argument or file is one line on stderr, exit 2."""
-    ap = argparse.ArgumentParser(prog="gdro-rescore", description=__doc__.split("\n\n")[0])
+    ap = _Parser(prog="gdro-rescore", description=__doc__.split("\n\n")[0])
     ap.add_argument("completions", help="JSON-lines file of completions (gdro-eval's samples.jsonl or your own)")
     ap.add_argument("--benchmark", action="append", required=True, metavar="NAME[=PATH]",
                     help="a benchmark and its local file (no PATH: the hub dataset); repeat for several")
