@@ -356,6 +356,7 @@ def open_run_dir(run_dir: Path, cfg: DictConfig, meta: dict[str, Any], ckpt_meta
     checkpoint set aside, run.json (a fresh one, or the resumed run's with a ``resumes`` entry) and config.yaml."""
 
     def open_() -> RunRecord:
+        rundir.check_held(run_dir)  # still ours (gdro.lock removed and taken while the data loaded: stop here)
         run_dir.mkdir(parents=True, exist_ok=True)
         if ckpt_meta is None:
             _previous_run_aside(run_dir)
@@ -404,6 +405,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     record = open_run_dir(run_dir, cfg, meta, ckpt_meta, dist)
     policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
                          reference=comp.loss.beta_kl > 0)
+    rundir.check_held(run_dir)  # still ours before metrics.jsonl is cut back to the checkpoint (the model loaded)
     try:
         logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
                              ckpt_meta=ckpt_meta, dist=dist, choices=choices, seed=run.seed)

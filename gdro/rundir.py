@@ -28,9 +28,31 @@ Where it holds: any local filesystem; NFSv4, and NFSv3 with lockd (the default; 
 ``local_lock=posix|all``); Lustre mounted with ``flock``; GPFS / Spectrum Scale; CephFS. Where the kernel lock is
 node-local -- Lustre mounted ``localflock``, BeeGFS without ``tuneUseGlobalFileLocks``, NFS with ``nolock`` -- the
 record and its heartbeat still refuse a second process on another node while the first is alive (only two processes
-started on two such nodes in the same instant can both win). Where locks fail outright (Lustre ``noflock``: ENOSYS/EINVAL, NFS without lockd: ENOLCK) the start is refused in
-one line that says so. On NFSv3, a node that crashes holds its locks until it reboots: the refusal names the host,
-and removing ``gdro.lock`` by hand, once you have checked, frees the dir.
+started on two such nodes in the same instant can both win). Where locks fail outright (Lustre ``noflock``:
+ENOSYS/EINVAL, NFS without lockd: ENOLCK) the start is refused in one line that says so. On NFSv3, a node that
+crashes holds its locks until it reboots: the refusal names the host, and removing ``gdro.lock`` by hand, once you
+have checked, frees the dir.
+
+**``gdro.lock`` removed under a live holder** (by hand, by a cleanup script; #28 B9). The kernel lock is on the
+file, not the name: a second start would create a new ``gdro.lock``, lock it, and cut the live run's rows. So the
+live run's own checks notice that its lock is gone, and a start gives them time to:
+
+* the holder checks that ``gdro.lock`` still names the file it locked (``os.stat`` of the path against ``os.fstat``
+  of its descriptor: device and inode) every ``check_s`` (1 s) in its heartbeat thread, and before every write of
+  the run (:meth:`RunDirLock.check`: each metrics row, checkpoint, run.json update and the final save; two stats).
+  Removed, or replaced by an empty file nobody holds: it re-creates and locks it again with its record, with a
+  warning, and the run goes on;
+* a start that finds ``gdro.lock`` missing in a dir that holds a run (run.json, metrics.jsonl, config.yaml or a
+  checkpoint) waits ``claim_grace_s`` (5 s) for a live holder to re-create it before it creates one itself; then
+  it is refused as usual, naming the holder;
+* if another process holds the new file anyway (the holder was frozen past that wait -- SIGSTOP, swapping, a hung
+  filesystem), the holder has lost the dir: :meth:`RunDirLock.check` raises :class:`RunDirLost` and the run stops
+  before its next write, in one line (exit 75), writing nothing more, not even run.json. The new holder resumes
+  from the last checkpoint. (Only a write already past its check when the dir is lost can land; the new holder
+  takes seconds to start before it truncates ``metrics.jsonl``.)
+
+On NFS a client may see the removal only when its attribute cache expires (``acdirmax``, 60 s by default): there the
+holder may notice late, so remove ``gdro.lock`` only once its holder is known to be dead.
 
 A process holds each dir once: POSIX locks belong to the process and are dropped when *any* descriptor of the file
 is closed, so the file must never be opened twice in one process; :func:`hold` keeps a registry of the locks this
@@ -63,6 +85,9 @@ RECORD_BYTES = 4096  # one page: rewritten in place, never grown (needs no new b
 HEARTBEAT_S = 15.0  # the holder rewrites its beat this often
 STALE_S = 90.0  # an unreleased record from another host whose beat is older than this belongs to a dead holder
 POLL_S = 0.5  # how often a waiting start retries
+CHECK_S = 1.0  # the holder checks this often that gdro.lock still names its locked file (re-created if removed)
+CLAIM_GRACE_S = 5.0  # a start finding gdro.lock missing in a dir that holds a run waits this long for its holder
+RUN_FILES = ("run.json", "metrics.jsonl", "config.yaml", "checkpoints", "checkpoint")  # a dir that holds a run
 _UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
 
 
@@ -99,6 +124,18 @@ class RunDirLocked(RuntimeError):
         waited = f" (waited {waited_s:.0f} s)" if waited_s >= 1 else ""
         super().__init__(f"{run_dir} is held by {describe(holder)}{waited}; nothing in it was touched. Wait for "
                          "that run to end or stop it, or pass lock.wait_s=SECONDS to wait for it")
+
+
+class RunDirLost(RunDirLocked):
+    """This process held the run dir, but ``gdro.lock`` was removed and another process holds the new one: the run
+    must stop writing at once (the message names the new holder)."""
+
+    label = "run dir taken over"
+
+    def __init__(self, path: Path, holder: str):
+        self.run_dir, self.holder = path.parent, None
+        RuntimeError.__init__(self, f"{path} was removed while this run held it and is now held by {holder}; this "
+                                    "run stopped before writing anything more to the run dir")
 
 
 class LockUnsupported(OSError):
@@ -203,13 +240,18 @@ class RunDirLock:
     """
 
     def __init__(self, run_dir: str | Path, *, wait_s: float = 0.0, heartbeat_s: float = HEARTBEAT_S,
-                 stale_s: float = STALE_S, poll_s: float = POLL_S):
+                 stale_s: float = STALE_S, poll_s: float = POLL_S, check_s: float = CHECK_S,
+                 claim_grace_s: float = CLAIM_GRACE_S):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / LOCK_NAME
         self.wait_s, self.heartbeat_s, self.stale_s, self.poll_s = wait_s, heartbeat_s, stale_s, poll_s
+        self.check_s, self.claim_grace_s = check_s, claim_grace_s
         self.previous: dict[str, Any] | None = None
         self.record: dict[str, Any] = {}
         self._fd: int | None = None
+        self._ident: tuple[int, int] | None = None  # (device, inode) of the file locked through _fd
+        self._lost: str | None = None  # who holds the dir since gdro.lock was removed and taken (RunDirLost)
+        self._unclaimable = False  # a removed gdro.lock could not be re-created (said once)
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
         self._io = threading.Lock()  # the heartbeat thread and the main thread rewrite the same record
@@ -231,11 +273,12 @@ class RunDirLock:
         """
         check_creatable(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._grace_for_a_removed_lock()
         with named_io(self.path):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self.previous = self._wait_for_lock(fd)
-            self._fd = fd
+            self._fd, self._ident = fd, _ident(os.fstat(fd))
             self.record = self._new_record()
             if self.previous is not None and self.previous.get("deferred"):
                 self.record["deferred"] = self.previous["deferred"]  # until a start records it in run.json
@@ -247,6 +290,17 @@ class RunDirLock:
         self._beats = threading.Thread(target=self._beat, name="gdro-lock-heartbeat", daemon=True)
         self._beats.start()
         return self
+
+    def _grace_for_a_removed_lock(self) -> None:
+        """``gdro.lock`` missing in a dir that holds a run: it may have been removed under a live holder, which
+        re-creates it within ``check_s``; wait up to ``claim_grace_s`` for that before creating one."""
+        if self.path.exists() or not any((self.run_dir / name).exists() for name in RUN_FILES):
+            return
+        log.info("%s is missing in a run dir that holds a run: waiting up to %.0f s for a live holder to re-create "
+                 "it", self.path, self.claim_grace_s)
+        deadline = time.monotonic() + self.claim_grace_s
+        while not self.path.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def _wait_for_lock(self, fd: int) -> dict[str, Any] | None:
         """Poll for the kernel lock (and a heartbeat-free record) until ``wait_s`` runs out; the record found."""
@@ -304,12 +358,84 @@ class RunDirLock:
                     _write(self._fd, self.record)
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
+        """The heartbeat thread: every ``check_s``, that gdro.lock is still ours; every ``heartbeat_s``, the beat."""
+        next_beat = time.monotonic() + self.heartbeat_s
+        while not self._stop.wait(min(self.check_s, self.heartbeat_s)):
+            with self._io:
+                self._verify()
+            if self._lost is not None:
+                return  # the main thread stops at its next check
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + self.heartbeat_s
             try:
                 self._update(beat=time.time())
             except OSError as err:  # a vanished or unreachable dir: the kernel lock still holds; say it once
                 log.warning("%s: heartbeat not written (%s)", self.path, err)
                 return
+
+    @property
+    def lost(self) -> bool:
+        """Whether another process took the run dir over after ``gdro.lock`` was removed (nothing more may be
+        written to the run dir; :meth:`check` raises :class:`RunDirLost`)."""
+        return self._lost is not None
+
+    def check(self) -> None:
+        """Called before every write of the run: that ``gdro.lock`` still names the file this process locked (two
+        stats). Removed, or replaced by an empty file nobody holds: re-created and locked again, with a warning.
+        Held by another process: raises :class:`RunDirLost` (now and at every later call)."""
+        with self._io:
+            self._verify()
+        if self._lost is not None:
+            raise RunDirLost(self.path, self._lost)
+
+    def _ours(self, found: dict[str, Any]) -> bool:
+        """Whether a record is this lock's own (e.g. ``gdro.lock`` moved away and back)."""
+        return all(found.get(k) == self.record.get(k) for k in ("pid", "host", "boot_id", "started"))
+
+    def _verify(self) -> None:
+        """(with ``_io`` held) Compare the path with the locked file; re-claim it or note the dir lost."""
+        if self._fd is None or self._lost is not None:
+            return
+        try:
+            if _ident(os.stat(self.path)) == self._ident:
+                return
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return  # unreachable for now (the heartbeat says so): the kernel lock still holds
+        try:
+            with named_io(self.path):
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as err:  # e.g. the run dir itself removed, or a full disk: nothing to lock; say it once
+            if not self._unclaimable:
+                log.warning("%s was removed and cannot be re-created (%s): the run goes on, but a second start "
+                            "would not see it", self.path, err)
+            self._unclaimable = True
+            return
+        try:
+            got = self._try_lock(fd)
+            found = _read(fd) if got else _holder_record(fd)
+        except OSError as err:
+            os.close(fd)
+            log.warning("%s was removed and cannot be locked again (%s)", self.path, err)
+            return
+        if not got or (found is not None and not self._ours(found)):  # held by another, or it held it in between
+            os.close(fd)  # (drops our lock on the new file, if we got it)
+            self._lost = describe(found)
+            log.error("%s was removed while this run held it and is now held by %s: stopping before the next write",
+                      self.path, self._lost)
+            return
+        try:
+            _write(fd, self.record)
+        except OSError as err:
+            os.close(fd)
+            log.warning("%s was removed and its record cannot be written again (%s)", self.path, err)
+            return
+        old, self._fd, self._ident = self._fd, fd, _ident(os.fstat(fd))
+        os.close(old)  # the removed file: its lock goes with it
+        log.warning("%s was removed while this run held it: re-created and locked again (remove it only once its "
+                    "holder is dead)", self.path)
 
     @property
     def deferred(self) -> dict[str, Any] | None:
@@ -345,6 +471,11 @@ class RunDirLock:
             os.close(fd)  # closing drops the kernel lock
 
 
+def _ident(st: os.stat_result) -> tuple[int, int]:
+    """The file a stat describes: (device, inode)."""
+    return st.st_dev, st.st_ino
+
+
 def fcntl_unlock(fd: int) -> None:
     import fcntl
 
@@ -359,6 +490,14 @@ def held(run_dir: str | Path) -> RunDirLock | None:
     """The lock this process holds on ``run_dir``, if any."""
     entry = _HELD.get(Path(run_dir).resolve())
     return entry[0] if entry else None
+
+
+def check_held(run_dir: str | Path) -> None:
+    """Before a write to ``run_dir``: :meth:`RunDirLock.check` of the lock this process holds on it (none: a process
+    of a multi-process run other than the first, or a test building a trainer by hand)."""
+    lock = held(run_dir)
+    if lock is not None:
+        lock.check()
 
 
 @contextlib.contextmanager

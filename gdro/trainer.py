@@ -59,7 +59,7 @@ from gdro.ioerrors import named_io
 from gdro.loss import LossConfig
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import Generator, SamplingParams
-from gdro.rundir import held
+from gdro.rundir import check_held, held
 from gdro.tracking import RunRecord, StepClock
 
 if TYPE_CHECKING:
@@ -223,6 +223,7 @@ class Trainer:
         """This attempt is about to change the run dir: run.json says ``running`` from here on (and holds what an
         earlier attempt left in the lock because its disk was full)."""
         if self.record is not None and not self._began:
+            check_held(self.run_dir)  # (each write to the run dir first checks that it is still ours: gdro.rundir)
             self.record.begin(last_step=step)
             lock = held(self.run_dir)
             if lock is not None:
@@ -231,14 +232,14 @@ class Trainer:
 
     def _mark(self, **fields: Any) -> None:
         """Record how this attempt ended, if it began. A full disk: the fields wait in the run dir's lock (written
-        in place), and the next start records them."""
-        if self.record is None or not self._began:
+        in place), and the next start records them. Nothing if another process took the run dir over."""
+        lock = held(self.run_dir)
+        if self.record is None or not self._began or (lock is not None and lock.lost):
             return
         try:
             self.record.update(**fields)
         except OSError as err:
             log.warning("run.json not updated (%s): the next start will record how this attempt ended", err)
-            lock = held(self.run_dir)
             if lock is not None:
                 lock.defer(fields)
 
@@ -361,6 +362,7 @@ class Trainer:
                 },
             }
             meta = {"config": self.config, "metrics_bytes": position, "world_size": self.dist.world}
+            check_held(self.run_dir)
             path = save_checkpoint(self.run_dir, step, files, meta, keep=self.ckpt_cfg.keep)
             if self.record is not None:
                 self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.run_dir)))
@@ -404,6 +406,7 @@ class Trainer:
         return {}
 
     def _log(self, row: dict[str, Any]) -> dict[str, Any]:
+        check_held(self.run_dir)
         return self.logger.log(row)
 
     def save(self, path: Path) -> None:
@@ -416,10 +419,12 @@ class Trainer:
         state = self.dist.savable_state(self.policy, compute_dtype(self.policy))  # every process takes part (FSDP)
         if not self.dist.main:  # one process writes
             return
+        check_held(self.run_dir)
         with atomic_dir(path) as tmp:
             with named_io(tmp), named_weights_io(tmp):  # a full disk in the weights: a SafetensorError
                 self.policy.save_pretrained(tmp, safe_serialization=True, state_dict=state)
                 self.tokenizer.save_pretrained(tmp)
+            check_held(self.run_dir)  # again before it is put in place: the weights may take minutes
             with named_io(tmp / FINAL_MARKER):
                 (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.run.steps}), encoding="utf-8")
 

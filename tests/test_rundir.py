@@ -34,10 +34,31 @@ lock.release()
 """
 
 
-def _holder(run_dir: Path, seconds: float, *extra: str) -> subprocess.Popen:
+# A holder as a run is one: the lock's defaults (gdro.lock checked every second by the heartbeat thread), and, unless
+# `busy` (a long step: no write for a while), a check before each of its writes (every 50 ms); stops as gdro-train.
+RUN_LIKE = """
+import sys, time
+from gdro.rundir import RunDirLock, RunDirLost
+lock = RunDirLock(sys.argv[1]).acquire()
+print("held", flush=True)
+deadline = time.monotonic() + float(sys.argv[2])
+while time.monotonic() < deadline:
+    time.sleep(0.05)
+    if sys.argv[3] != "busy":
+        try:
+            lock.check()
+        except RunDirLost as err:
+            print(f"{err.label}: {err}", file=sys.stderr)
+            sys.exit(75)
+lock.release()
+"""
+
+
+def _holder(run_dir: Path, seconds: float, *extra: str, script: str = HOLDER) -> subprocess.Popen:
     """A process that holds ``run_dir`` for ``seconds`` (returns once it holds it)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), str(seconds), *extra], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, "-c", script, str(run_dir), str(seconds), *extra], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE if script is RUN_LIKE else None, text=True)
     assert proc.stdout.readline().strip() == "held"
     return proc
 
@@ -124,6 +145,50 @@ def test_a_live_heartbeat_from_another_host_holds_the_dir_and_a_stale_one_does_n
     record(beat_age=200)
     lock = RunDirLock(tmp_path, stale_s=90).acquire()
     assert lock.previous["host"] == "another-node"
+    lock.release()
+
+
+def test_a_lock_removed_under_its_live_holder_is_re_created_and_a_second_start_still_refused(tmp_path):
+    """#28 B9: ``rm gdro.lock`` under a live run, then a start at once. The holder (in a long step: only its
+    heartbeat thread checks) re-creates and locks it again within a second; the start, finding it missing in a dir
+    that holds a run, waits for that, and is refused naming the holder."""
+    (tmp_path / "run.json").write_text('{"status": "running"}')
+    proc = _holder(tmp_path, 60, "busy", script=RUN_LIKE)
+    try:
+        (tmp_path / LOCK_NAME).unlink()
+        with pytest.raises(RunDirLocked, match=f"held by pid {proc.pid} on host "):
+            RunDirLock(tmp_path).acquire()
+        assert json.loads((tmp_path / LOCK_NAME).read_text())["pid"] == proc.pid
+        assert _refused(tmp_path)
+    finally:
+        proc.kill()
+        _, err = proc.communicate()
+    assert f"{tmp_path / LOCK_NAME} was removed while this run held it: re-created and locked again" in err
+
+
+def test_a_holder_whose_removed_lock_another_took_stops_before_its_next_write(tmp_path):
+    """#28 B9, when the holder cannot re-create it in time (frozen: SIGSTOP, swapping, a hung filesystem): the start
+    takes the dir after its wait; the holder, resumed, finds the new gdro.lock held by another process and stops
+    before its next write in one line, writing nothing, not even into the new gdro.lock."""
+    (tmp_path / "run.json").write_text('{"status": "running"}')
+    proc = _holder(tmp_path, 60, "checks", script=RUN_LIKE)
+    try:
+        proc.send_signal(signal.SIGSTOP)
+        (tmp_path / LOCK_NAME).unlink()
+        lock = RunDirLock(tmp_path, claim_grace_s=0.5).acquire()
+        taken = (tmp_path / LOCK_NAME).read_text()
+        proc.send_signal(signal.SIGCONT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 75
+    said = _lines(err)[-1]
+    assert said.startswith(f"run dir taken over: {tmp_path / LOCK_NAME} was removed while this run held it and is "
+                           f"now held by pid {os.getpid()} on host {socket.gethostname()} since "), err
+    assert said.endswith("; this run stopped before writing anything more to the run dir"), err
+    assert (tmp_path / LOCK_NAME).read_text() == taken and lock.record["pid"] == os.getpid()
+    lock.check()  # the start's lock: its own file
     lock.release()
 
 
