@@ -21,7 +21,8 @@ Phases, each timed, with tokens/s and the peak memory (VmHWM) of every process i
 5. **report**: the paper's Table 1 layout from those evaluations, with the paper's rows beside it; ``gdro-report``
    over each sweep (and ``--wandb``: the table into the sweep's W&B group).
 
-vLLM runs in its own venv (``--vllm-python``, default ``.venv-vllm/bin/python``; scripts/test_vllm.sh builds it).
+vLLM runs in its own venv (``--vllm-python``, default ``.venv-vllm/bin/python``; ``bash scripts/test_vllm.sh`` builds
+it): without it, ``--engines`` with vllm stops at once in one line saying so (status 2); ``--engines hf`` needs none.
 Everything goes under ``--out`` (default ``outputs/rehearsal/<time>``); ``summary.md`` there holds every figure.
 """
 
@@ -234,11 +235,38 @@ def eval_cmd(args, checkpoint: Path, out: Path) -> list[str]:
             f"model.max_new_tokens={args.new_tokens}"]
 
 
+ENGINES = ("hf", "vllm")
+
+
+def setup_problem(args) -> str | None:
+    """What keeps the rehearsal from running as asked, in one line, found before anything runs (None: nothing):
+    an unknown engine, or vLLM asked for without its venv (the hf phases would take minutes, then fail)."""
+    unknown = [e for e in args.engines.split(",") if e not in ENGINES]
+    if unknown:
+        return f"--engines {args.engines}: unknown engine {unknown[0]!r} (engines: {', '.join(ENGINES)})"
+    if "vllm" not in args.engines.split(","):
+        return None
+    py = Path(args.vllm_python)
+    shown = py.relative_to(REPO) if py.is_absolute() and py.is_relative_to(REPO) else py
+    args.vllm_python = str(py.absolute())  # the runs start in the repo (not resolved: a venv's python is a link)
+    if not (py.is_file() and os.access(py, os.X_OK)):
+        return (f"--engines {args.engines} runs vLLM in its own venv, and {shown} is not there: build it with "
+                "`bash scripts/test_vllm.sh` (a few minutes, ~3.5 GB; it runs the vLLM tests too), pass "
+                "--vllm-python PYTHON, or rehearse without vLLM: --engines hf")
+    found = subprocess.run([str(py), "-c", "import importlib.util, sys; sys.exit(not importlib.util.find_spec('vllm'))"],
+                           capture_output=True, check=False)
+    if found.returncode != 0:
+        return (f"{shown} has no vllm: finish its venv with `bash scripts/test_vllm.sh`, pass --vllm-python PYTHON, "
+                "or rehearse without vLLM: --engines hf")
+    return None
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--realdata", type=Path, default=REPO.parent / "shared" / "realdata")
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "rehearsal" / time.strftime("%Y-%m-%d_%H-%M-%S"))
-    ap.add_argument("--engines", default="hf,vllm")
+    ap.add_argument("--engines", default="hf,vllm",
+                    help="rollout engines, comma-separated; vllm needs its venv (bash scripts/test_vllm.sh)")
     ap.add_argument("--procs", default="1,2")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step (4 rollouts each)")
@@ -250,6 +278,10 @@ def main() -> None:
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"))
     ap.add_argument("--no-eval", action="store_true", help="stop after training (CI's vLLM part)")
     args = ap.parse_args()
+    problem = setup_problem(args)
+    if problem is not None:
+        print(f"rehearsal: {problem}", file=sys.stderr)
+        sys.exit(2)
     if not args.realdata.is_dir():
         print(f"rehearsal: skipped, the real data copies are not here ({args.realdata}; --realdata DIR)")
         return
