@@ -21,6 +21,18 @@ read. These rules run before math-verify, on a gold and on the content of an ans
   other side is compared with both readings. So gold ``17.5%`` accepts ``17.5``, ``17.5 pct``, ``17.5\\%`` and
   ``0.175``, and gold ``10`` accepts ``10\\%``; gold ``0.1`` accepts ``10\\%`` but not ``10`` (no percent sign
   anywhere). ``"boxed"`` mode only.
+* **Digit groups** (:func:`join_digit_groups`): digits grouped by threes with a space, ``\\,``, ``\\ `` or ``~``
+  (``1 000``, ``12\\,345.5``) are one number; math-verify read ``1 000`` as a product. ``"boxed"`` mode only.
+* **Unit text** (:func:`units_as_text`): a number followed by plain unit text (``15,000 kcal/m^2/yr``,
+  ``1000 rad/s``, ``15,000 dollars``) is also read as the number alone, as math-verify reads units in ``\\text{}``;
+  the text must hold a word of two letters or more that is not a mathematical name, or be a compound of SI unit
+  letters (``m/s``), so ``5 x`` stays a product. The reading is added, not substituted (``5 xy`` still matches
+  ``5xy``). ``"boxed"`` mode only.
+* **Significant figures** (:func:`measured`): a gold that is one number in e-notation (``3.3e12``, ``4.6e-24``:
+  Minerva's physics answers) is a measured quantity: a real answer that rounds to it at its significant figures
+  (at least :data:`MIN_SIG_FIGS`) also matches, within half a unit in its last place (``3.275\\times10^{12}`` matches
+  ``3.3e12``; ``3.2\\times10^{12}`` does not). No other gold is compared so: ``0.5`` or ``3.3\\times10^{12}``
+  written out is exact, and ``0.49`` does not match ``0.5``.
 * **Relations**: a text that math-verify cannot read and that holds a top-level ``=`` is read from its right-hand
   side (``m_{\\max}=n^{2}-n-1`` is ``n^{2}-n-1``).
 * **Text**: a gold that still cannot be read is compared as *normalised* text (:func:`normalize_text`: whitespace,
@@ -45,6 +57,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 import sympy
@@ -67,6 +80,22 @@ _PERCENT = re.compile(
     r"|(?<![A-Za-z])" + _PERCENT_WORD + r")\s*$"
 )
 _SUBSCRIPT_E = re.compile(r"(?<![\\A-Za-z])E_")
+# Digits grouped by threes with a space (SI style: "1 000", "1\\,000", "12 345.5"): one number
+_DIGIT_GROUPS = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:\s*(?:\\[,;: ]|~)\s*|\s+)\d{3})+(?!\d)")
+_GROUP_SEP = re.compile(r"\\[,;: ]|~|\s")
+# A number followed by plain unit text ("15,000 kcal/m^2/yr", "1000 rad/s"): the text is units, not symbols
+_UNIT_TEXT = re.compile(
+    r"(?P<number>[-+]?(?:\\?\$)?\s*\d[\d,]*(?:\.\d+)?)(?P<sep>(?:\s|\\[,;: ]|~)+)"
+    r"(?P<unit>[A-Za-z]+(?:\^\{?-?\d+\}?)?(?:(?:\s|\\[,;: ]|~|/|\*|\\cdot|-|\()+[A-Za-z]+(?:\^\{?-?\d+\}?)?)*\)?)"
+    r"\.?\s*"
+)  # (a separator before each word: one way to split the text, so no backtracking blow-up)
+# Words math-verify reads as mathematics, never units; single letters are units only in a compound (m/s, N m)
+_MATH_WORDS = frozenset({"pi", "infty", "inf", "oo", "nan", "sqrt", "ln", "log", "exp", "sin", "cos", "tan", "cot",
+                         "sec", "csc", "mod", "and", "or", "to", "i", "e"})
+_SI_LETTERS = frozenset("msgKNJWVALh")
+# A gold that is one number in e-notation ("3.3e12", "4.6e-24", "2.75E11"): a measured quantity (Minerva)
+_E_NOTATION = re.compile(r"\s*([-+]?(?:\d+(?:\.\d*)?|\.\d+)[eE][-+]?\d{1,4})\s*")
+MIN_SIG_FIGS = 2  # a one-digit mantissa ("3e8", "1e-5") is compared at two significant figures
 _SPACING = re.compile(r"\\[,;:! ]|\\(?:left|right|displaystyle)\b|\\q?quad\b|\s+|\$")
 
 
@@ -78,6 +107,33 @@ def rewrite_numbers(text: str) -> str:
         text = _PY_FUNC.sub(r"\\\1", text)
         text = _BARE_POINT.sub(r"\1", text)
     return text
+
+
+def join_digit_groups(text: str) -> str:
+    """``text`` with digits grouped by threes with spaces written as one number: ``"1 000"`` is ``"1000"``."""
+    if not any(c.isspace() or c in "\\~" for c in text):
+        return text
+    return _DIGIT_GROUPS.sub(lambda m: _GROUP_SEP.sub("", m.group()), text)
+
+
+def units_as_text(text: str) -> str:
+    """A number followed by plain unit text, with the text in ``\\text{}`` (which math-verify drops):
+    ``"15,000 kcal/m^2/yr"`` is ``"15,000 \\text{kcal/m^2/yr}"``; anything else unchanged.
+
+    The unit text holds a word of two letters or more that is not a mathematical name (:data:`_MATH_WORDS`), or
+    only SI unit letters in a compound (``m/s``, ``m s^{-2}``); a lone letter (``5 x``) is a symbol and stays.
+    """
+    match = _UNIT_TEXT.fullmatch(text)
+    if match is None:
+        return text
+    unit = match.group("unit")
+    words = re.findall(r"[A-Za-z]+", unit)
+    if any(w.lower() in _MATH_WORDS for w in words):
+        return text
+    compound = len(words) > 1 or "/" in unit or "^" in unit
+    if not any(len(w) > 1 for w in words) and not (compound and all(w in _SI_LETTERS for w in words)):
+        return text
+    return f"{match.group('number')}{match.group('sep')}\\text{{{unit}}}"
 
 
 def split_percent(text: str) -> tuple[str, bool]:
@@ -114,10 +170,12 @@ def _top_level_rhs(text: str) -> str | None:
 
 def read(content: str, parse_fn: Callable[[str], list]) -> tuple[list, tuple[str, ...]]:
     """``(parsed, rules)``: one box's content read by the rules above, then ``parse_fn(f"\\boxed{{...}}")``;
-    ``rules`` names those that applied (``"percent"``, ``"python-number"``, ``"subscript-E"``, ``"relation"``).
+    ``rules`` names those that applied (``"percent"``, ``"python-number"``, ``"digit-groups"``, ``"subscript-E"``,
+    ``"relation"``, ``"unit-text"``).
 
     With a percent sign both readings are parsed (``x`` and ``x/100``) and concatenated: math-verify's ``verify``
-    accepts when any gold element equals any answer element. ``parse_fn`` is math-verify's ``parse`` with the
+    accepts when any gold element equals any answer element. Unit text after a number adds a reading too (the
+    number alone; :func:`units_as_text`), so that ``5 xy`` still reads as the product it may be. ``parse_fn`` is math-verify's ``parse`` with the
     caller's extraction config and time policy.
     """
     body, percent = split_percent(content)
@@ -125,6 +183,9 @@ def read(content: str, parse_fn: Callable[[str], list]) -> tuple[list, tuple[str
     rewritten = rewrite_numbers(body)
     if rewritten != body:
         body, rules = rewritten, (*rules, "python-number")
+    rewritten = join_digit_groups(body)
+    if rewritten != body:
+        body, rules = rewritten, (*rules, "digit-groups")
     if "E_" in body:
         rewritten = _SUBSCRIPT_E.sub(r"\\mathcal{E}_", body)
         if rewritten != body:
@@ -136,6 +197,11 @@ def read(content: str, parse_fn: Callable[[str], list]) -> tuple[list, tuple[str
             rhs_parsed = list(parse_fn(f"{BOXED}{rhs}}}"))
             if readable(rhs_parsed):
                 parsed, rules = rhs_parsed + parsed, (*rules, "relation")
+    united = units_as_text(body)
+    if united != body:
+        unit_parsed = list(parse_fn(f"{BOXED}{united}}}"))
+        if readable(unit_parsed):
+            parsed, rules = parsed + unit_parsed, (*rules, "unit-text")
     if percent and readable(parsed):
         parsed = parsed + list(parse_fn(f"{BOXED}\\frac{{{body}}}{{100}}}}"))
     return parsed, rules
@@ -166,6 +232,40 @@ def numbers_agree(gold: list, pred: list) -> bool:
     return any(abs(g - p) <= REL_TOL * max(abs(g), abs(p)) for g in golds for p in preds)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """A gold given to its significant figures (e-notation): its exact value and half a unit in its last place."""
+
+    value: sympy.Rational
+    half_unit: sympy.Rational
+    figures: int  # significant figures compared (at least MIN_SIG_FIGS)
+
+
+def measured(gold: str) -> Measured | None:
+    """The gold as a measured quantity when it is one number in e-notation (``3.3e12``, ``-4.6E-24``), else None.
+
+    Its significant figures are the mantissa's digits without leading zeros (``1.70e4``: 3), at least
+    :data:`MIN_SIG_FIGS`. An exact gold (``0.5``, ``\\frac{1}{2}``, ``3.3 \\times 10^{12}``) is never measured.
+    """
+    match = _E_NOTATION.fullmatch(gold)
+    if match is None:
+        return None
+    number = Decimal(match.group(1))
+    if not number:
+        return None
+    digits = number.as_tuple().digits
+    figures = max(len(digits) - next(i for i, d in enumerate(digits) if d), MIN_SIG_FIGS)
+    last = number.adjusted() - figures + 1  # the exponent of the last significant figure compared
+    return Measured(sympy.Rational(str(number)), sympy.Rational(1, 2) * sympy.Rational(10) ** last, figures)
+
+
+def agree_at_figures(gold: Measured, pred: list) -> bool:
+    """Whether a real number of ``pred`` rounds to the measured gold at its significant figures: within half a unit
+    in the gold's last place (ties included, whatever the rounding rule)."""
+    slack = gold.half_unit * (1 + sympy.Rational(1, 10**12))  # the answer's value is read at 20 digits
+    return any(abs(p - gold.value) <= slack for p in _real_values(pred))
+
+
 def _parse_unbounded(text: str) -> list:
     return parse(text, LATEX_AND_EXPR, parsing_timeout=None)
 
@@ -177,6 +277,7 @@ class Gold:
     parsed: list
     text_only: bool  # math-verify read no value: compared as normalised text (reported)
     rules: tuple[str, ...]  # the rules above that applied ("percent", "python-number", "subscript-E", ...)
+    measured: Measured | None = None  # an e-notation gold: also matched at its significant figures
 
 
 def prepare_gold(gold: str) -> Gold:
@@ -190,7 +291,10 @@ def prepare_gold(gold: str) -> Gold:
         rules += tuple(r for r in used if r not in rules)
     if len(alts) > 1:
         rules += ("alternatives",)
-    return Gold(parsed=parsed, text_only=not readable(parsed), rules=rules)
+    figures = measured(gold) if len(alts) == 1 else None
+    if figures is not None:
+        rules += ("significant-figures",)
+    return Gold(parsed=parsed, text_only=not readable(parsed), rules=rules, measured=figures)
 
 
 @dataclass
@@ -236,6 +340,10 @@ __all__ = [
     "ALT_SEP",
     "Gold",
     "GoldTable",
+    "Measured",
+    "agree_at_figures",
+    "join_digit_groups",
+    "measured",
     "normalize_text",
     "numbers_agree",
     "prepare_gold",
@@ -244,4 +352,5 @@ __all__ = [
     "readable",
     "rewrite_numbers",
     "split_percent",
+    "units_as_text",
 ]

@@ -116,6 +116,7 @@ from gdro.golds import (
     ALT_SEP,
     Gold,
     GoldTable,
+    agree_at_figures,
     normalize_text,
     numbers_agree,
     prepare_gold,
@@ -595,7 +596,7 @@ class MathVerifyReward:
             result = (OK, any(said == normalize_text(alt) for alt in gold.split(ALT_SEP)))
         else:
             try:
-                result = self._verdict(answer, prepared.parsed)
+                result = self._verdict(answer, prepared)
             except _Deadline:
                 result = (TIMEOUT, False)
         self._remember(self._results, key, result)
@@ -612,8 +613,12 @@ class MathVerifyReward:
             return read(answer, parse_fn)[0]
         return parse_fn(rewrite_numbers(answer))
 
-    def _verdict(self, answer: str, gold_parsed: list) -> tuple[str, bool]:
-        """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``)."""
+    def _verdict(self, answer: str, gold: Gold) -> tuple[str, bool]:
+        """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``).
+
+        An e-notation gold (:attr:`Gold.measured`) also accepts a number that rounds to it at its significant
+        figures (:func:`gdro.golds.agree_at_figures`), where math-verify's exact comparison says no.
+        """
 
         if _HUGE_EXPONENT.search(answer):
             return TIMEOUT, False
@@ -629,9 +634,12 @@ class MathVerifyReward:
         status, pred = out
         if status != OK:
             return status, False
-        ok = self._bounded(
-            lambda: bool(verify(gold_parsed, pred, timeout_seconds=None)) and numbers_agree(gold_parsed, pred),
-            text, "error_frac")
+        def compare() -> bool:
+            if verify(gold.parsed, pred, timeout_seconds=None) and numbers_agree(gold.parsed, pred):
+                return True
+            return gold.measured is not None and agree_at_figures(gold.measured, pred)
+
+        ok = self._bounded(compare, text, "error_frac")
         return (ERROR, False) if isinstance(ok, Exception) else (OK, ok)
 
     def _bounded(self, fn: Callable[[], Any], text: str, metric: str) -> Any:

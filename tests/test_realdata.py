@@ -164,12 +164,46 @@ def test_percent_words_count_as_a_percent_sign():
         wrong = str(float(value) + 1)
         assert verdicts("olympiadbench.jsonl", gold, [
             f"{value} pct", f"{value} percentage", f"{value}\\text{{ pct}}", f"{value}\\ \\text{{percentage}}",
-            f"{value} percent", f"{value}\\%", f"{wrong} pct", f"{wrong} percentage", f"{value} pcts"]) == [
+            f"{value} percent", f"{value}\\%", f"{wrong} pct", f"{wrong} percentage", f"{wrong}\\text{{ pct}}"]) == [
             True] * 6 + [False] * 3, raw
     # the gold of the report, 28\\%: a percent word reads both ways, like the sign (28 and 0.28)
     assert MathVerifyReward(fast_path=False).score(
         ["\\boxed{28 pct}", "\\boxed{28 percentage}", "\\boxed{0.28}", "\\boxed{29 pct}"], ["28\\%"] * 4,
         [True] * 4).correct.tolist() == [True, True, True, False]
+
+
+def test_numbers_as_people_write_them_thousands_and_unit_text():
+    """Minerva's 15000 (kcal m^-2 yr^-1) and 1000 (rad/s): thousands grouped by a space and plain unit text after
+    the number scored wrong; a comma or \\text{} units already scored right."""
+    gold = gold_of("minerva.jsonl", "15000")
+    assert verdicts("minerva.jsonl", gold, [
+        "15,000 kcal/m^2/yr", "15,000 kcal m^{-2} yr^{-1}", "15,000 \\ kcal", "15 000", "15\\,000 \\mathrm{kcal}",
+        "15{,}000 \\text{ kcal}", "15,000", "16,000 kcal/m^2/yr", "15 001", "1,500 kcal", "150 000"]) == [
+        True] * 7 + [False] * 4
+    gold = gold_of("minerva.jsonl", "1000")
+    assert verdicts("minerva.jsonl", gold, [
+        "1 000", "1\\,000", "1\\,000 \\text{ rad/s}", "1000 rad/s", "1 000 rad/s", "1000 \\mathrm{rad/s}",
+        "1 001", "100 rad/s", "10 000", "1000 x"]) == [True] * 6 + [False] * 4
+
+
+def test_minerva_e_notation_golds_compare_at_their_significant_figures():
+    """A Minerva gold in e-notation is a measured quantity given to its significant figures: an answer that rounds to
+    it there is right (hand-checked truth). Exact golds keep exact comparison."""
+    cases = {
+        "3.3e12": (["3.275 \\times 10^{12}", "3.3 \\times 10^{12}", "3.31e12", "3.25 \\times 10^{12}"],
+                   ["3.2 \\times 10^{12}", "3.4\\times10^{12}", "3.275 \\times 10^{13}", "3 \\times 10^{12}"]),
+        "4.6e-24": (["4.57 \\times 10^{-24}", "4.6 \\times 10^{-24}", "4.64e-24"],
+                    ["4.5 \\times 10^{-24}", "4.7e-24", "4.57 \\times 10^{-23}", "4.57"]),
+        "2.75e11": (["2.7525 \\times 10^{11}", "2.745\\times10^{11}", "275000000000"],
+                    ["2.76 \\times 10^{11}", "2.7 \\times 10^{11}", "2.7525 \\times 10^{12}"]),
+    }
+    for raw, (right, wrong) in cases.items():
+        gold = gold_of("minerva.jsonl", raw)
+        assert verdicts("minerva.jsonl", gold, right + wrong) == [True] * len(right) + [False] * len(wrong), raw
+    # exact golds: no rounding at their figures
+    assert verdicts("minerva.jsonl", gold_of("minerva.jsonl", "0.5"), ["0.5", "\\frac{1}{2}", "0.49", "0.51",
+                                                                      "0.501"]) == [True, True, False, False, False]
+    assert verdicts("minerva.jsonl", gold_of("minerva.jsonl", "2.88e-19"), ["2.9 \\times 10^{-19}"]) == [False]
 
 
 def test_evaluation_reads_the_whole_completion_training_its_window():

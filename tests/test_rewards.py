@@ -414,6 +414,37 @@ def test_irrational_exponents_of_huge_size_are_still_refused_in_a_thread():
     assert out["b"].n_timeout == len(huge) and not out["b"].correct.any()
 
 
+@pytest.mark.parametrize(
+    ("answer", "gold", "correct"),
+    [
+        ("3.275 \\times 10^{12}", "3.3e12", True),  # e-notation: a measured gold, compared at its figures
+        ("3.275 \\times 10^{12}", "3.3E12", True),
+        ("-3.275 \\times 10^{12}", "-3.3e12", True),
+        ("3.275 \\times 10^{12}", "-3.3e12", False),
+        ("3.2499 \\times 10^{12}", "3.3e12", False),
+        ("2.998 \\times 10^{8}", "3e8", True),  # one figure is compared at two
+        ("3.2 \\times 10^{8}", "3e8", False),
+        ("3.275 \\times 10^{12}", "3.3 \\times 10^{12}", False),  # written exactly: compared exactly
+        ("3.275 \\times 10^{12}", "3300000000000", False),
+        ("0.49", "0.5", False),
+        ("0.51", "0.5", False),
+        ("0.33", "\\frac{1}{3}", False),
+        ("1 000", "1000", True),
+        ("12 345.5", "12345.5", True),
+        ("1 000", "1", False),
+        ("2 3", "23", False),  # not groups of three
+        ("15,000 dollars", "15000", True),
+        ("\\$15,000 dollars", "15000", True),
+        ("5 xy", "5xy", True),  # a product, still: unit text adds a reading, never replaces one
+        ("5 x", "5", False),  # a lone letter is a symbol
+        ("2 pi", "2", False),
+    ],
+)
+def test_numbers_as_people_write_them(answer, gold, correct):
+    b = one(MathVerifyReward(fast_path=False), f"\\boxed{{{answer}}}", gold)
+    assert b.correct.tolist() == [correct] and b.n_timeout == 0 and b.n_error == 0
+
+
 def _prefix_guard(parsed: list) -> bool:
     """The magnitude guard as it was before the fix: log10 of a Float, which raises on a zero."""
     return any(math.log10(abs(float(p))) > 5 for p in parsed if isinstance(p, sympy.Float))
