@@ -192,9 +192,21 @@ def _alive_here(holder: dict[str, Any]) -> bool:
     except PermissionError:
         pass
     fields = _proc_stat(pid)
-    if fields is not None and fields[0] in ("Z", "X"):  # zombie, or dead and being reaped
+    if fields is not None and _exited(pid, fields[0]):
         return False
     return holder.get("pid_start") in (None, fields[19] if fields else None)
+
+
+def _exited(pid: int, state: str) -> bool:
+    """Whether a process whose main thread is in ``state`` has exited: its main thread a zombie (Z) or being reaped
+    (X), and no other thread left (a main thread that ended alone leaves the process running; and the kernel drops
+    the process's locks only with its last thread)."""
+    if state not in ("Z", "X"):
+        return False
+    try:
+        return os.listdir(f"/proc/{pid}/task") in ([], [str(pid)])
+    except OSError:
+        return True
 
 
 RECORD_GRACE_S = 2.0  # a holder that has just taken the lock writes its record a moment later
@@ -252,6 +264,8 @@ class RunDirLock:
         self._ident: tuple[int, int] | None = None  # (device, inode) of the file locked through _fd
         self._lost: str | None = None  # who holds the dir since gdro.lock was removed and taken (RunDirLost)
         self._unclaimable = False  # a removed gdro.lock could not be re-created (said once)
+        self._verifiable = True  # whether stat and fstat agree on this filesystem (else the name is not watched)
+        self._spare: list[int] = []  # a second descriptor of the locked file: never closed before release
         self._stop = threading.Event()
         self._beats: threading.Thread | None = None
         self._io = threading.Lock()  # the heartbeat thread and the main thread rewrite the same record
@@ -279,6 +293,9 @@ class RunDirLock:
         try:
             self.previous = self._wait_for_lock(fd)
             self._fd, self._ident = fd, _ident(os.fstat(fd))
+            self._verifiable = _ident(os.stat(self.path)) == self._ident
+            if not self._verifiable:
+                log.info("%s: stat and fstat disagree on this filesystem; a removal of it will go unnoticed", self.path)
             self.record = self._new_record()
             if self.previous is not None and self.previous.get("deferred"):
                 self.record["deferred"] = self.previous["deferred"]  # until a start records it in run.json
@@ -395,7 +412,7 @@ class RunDirLock:
 
     def _verify(self) -> None:
         """(with ``_io`` held) Compare the path with the locked file; re-claim it or note the dir lost."""
-        if self._fd is None or self._lost is not None:
+        if self._fd is None or self._lost is not None or not self._verifiable:
             return
         try:
             if _ident(os.stat(self.path)) == self._ident:
@@ -412,6 +429,9 @@ class RunDirLock:
                 log.warning("%s was removed and cannot be re-created (%s): the run goes on, but a second start "
                             "would not see it", self.path, err)
             self._unclaimable = True
+            return
+        if _ident(os.fstat(fd)) == self._ident:  # moved away and back in between: our own file, opened twice
+            self._spare.append(fd)  # closing it would drop our lock (a POSIX lock goes with any descriptor's close)
             return
         try:
             got = self._try_lock(fd)
@@ -469,6 +489,9 @@ class RunDirLock:
         with self._io:
             fd, self._fd = self._fd, None
             os.close(fd)  # closing drops the kernel lock
+            for spare in self._spare:
+                os.close(spare)
+            self._spare = []
 
 
 def _ident(st: os.stat_result) -> tuple[int, int]:

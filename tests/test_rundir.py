@@ -108,9 +108,11 @@ def test_a_killed_holder_is_taken_over_with_what_it_deferred(tmp_path):
 
 
 def _zombie(pid: int, timeout: float = 30.0) -> None:
-    """Wait until ``pid`` is a zombie (state Z in /proc/<pid>/stat): dead, its lock dropped, not yet reaped."""
+    """Wait until ``pid`` is a zombie: dead (its main thread in state Z, its other threads gone: its locks dropped
+    with the last one), not yet reaped."""
     deadline = time.monotonic() + timeout
-    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+    while Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z" or \
+            os.listdir(f"/proc/{pid}/task") != [str(pid)]:
         assert time.monotonic() < deadline, f"pid {pid} did not become a zombie"
         time.sleep(0.01)
 
