@@ -9,6 +9,9 @@ Training and evaluation read a completion differently, on purpose. Training keep
 ``tail_chars: null`` reads the whole completion. Evaluation (:meth:`MathVerifyReward.for_eval`, used by
 :func:`gdro.evaluation.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
 final box followed by a check of it, in text or code, is not dropped (34 such boxes in one real set of 7,565).
+With ``eval_boxes: join`` evaluation also reads a gold of several items from the boxes that end the completion,
+joined as math-verify's own extraction joins them (``\\boxed{(2,2)}`` and ``\\boxed{(6,2)}`` for ``(2,2),(6,2)``);
+training and the default read the last box only (:meth:`MathVerifyReward._boxed_answer`).
 
 Answers and golds are read by gdro's rules before math-verify (:mod:`gdro.golds`): Python/scientific floats
 (``4.5e33``) are their value, ``-1./3`` is ``-1/3``, a percent sign on either side accepts both readings
@@ -107,13 +110,14 @@ from typing import Any
 
 import numpy as np
 import sympy
+from latex2sympy2_extended.math_normalization import extract_boxed_content
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy.matrices import MatrixBase
 
 from gdro.golds import (
+    ALT_SEP,
     BOXED,
     PLAIN_INT,
-    ALT_SEP,
     Gold,
     GoldTable,
     agree_at_figures,
@@ -139,6 +143,7 @@ for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutDisabledNotice())
 
 ANSWER_MODES = ("boxed", "any")
+EVAL_BOXES = ("last", "join")
 # An answer whose exact value needs more decimal digits than this is rejected unverified (counted as timeout).
 _MAX_DIGITS = 100_000
 _MAX_DEPTH = 100  # an expression tree deeper than this is not measured: rejected like a too large one
@@ -166,6 +171,7 @@ class RewardConfig:
     require_eos: bool = True  # finished=False (length limit hit) scores as incorrect, counted as truncated
     tail_chars: int | None = 300  # training reads only the last N characters (official code); None = all
     eval_tail_chars: int | None = None  # evaluation's window (for_eval); None = the whole completion
+    eval_boxes: str = "last"  # evaluation: "last" box; "join": boxes joined when the gold holds several items
     timeout_s: float = 1.0  # per parse and per verify (main thread only; see module docstring)
     answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction
     cache_size: int = 65_536  # LRU entries of (answer text, gold) -> result, and of parsed golds
@@ -186,6 +192,8 @@ class RewardConfig:
             raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:g} s, got {self.timeout_s}")
         if self.answer_mode not in ANSWER_MODES:
             raise ValueError(f"answer_mode must be one of {ANSWER_MODES}, got {self.answer_mode!r}")
+        if self.eval_boxes not in EVAL_BOXES:
+            raise ValueError(f"eval_boxes must be one of {EVAL_BOXES}, got {self.eval_boxes!r}")
         if not self.cache_size > 0:
             raise ValueError(f"cache_size must be > 0, got {self.cache_size}")
 
@@ -289,6 +297,12 @@ def last_boxed(text: str) -> str | None:
     wins (the same answer after math-verify's normalisation); escaped braces ``\\{``/``\\}`` do not count.
     One pass with a stack of open braces, so linear in ``len(text)`` whatever the nesting.
     """
+    span = last_box_span(text)
+    return None if span is None else text[span[0] : span[1]]
+
+
+def last_box_span(text: str) -> tuple[int, int] | None:
+    """``(start, end)`` of the content of the box :func:`last_boxed` reads (``text[end]`` is its closing brace)."""
     opened: list[int] = []  # body start of each open brace; -1 for a brace that is not a box
     best = None
     i = text.find(_BOXED)  # braces before the first box cannot change which boxes close
@@ -308,7 +322,7 @@ def last_boxed(text: str) -> str | None:
             if body >= 0 and (best is None or body > best[0]):
                 best = (body, i)
         i += 1
-    return None if best is None else text[best[0] : best[1]]
+    return best
 
 
 def _digits(e: Any, depth: int = 0) -> float:
@@ -385,6 +399,11 @@ def _exponent_size(e: Any) -> float | None:
     return value if not math.isnan(value) else None
 
 
+def _several_items(parsed: list) -> bool:
+    """Whether a parsed gold holds several items: a set of two or more (``3, 5``; ``(2,2),(6,2)``)."""
+    return any(isinstance(p, sympy.FiniteSet) and len(p.args) > 1 for p in parsed)
+
+
 def _too_large(parsed: list) -> bool:
     return any(_digits(p) > _MAX_DIGITS for p in parsed if isinstance(p, (sympy.Basic, MatrixBase)))
 
@@ -428,6 +447,7 @@ class MathVerifyReward:
         self.fast_rejects = 0  # completions scored incorrect by the integer fast path (no math-verify call)
         self._logged_errors: set[type] = set()  # exception types already logged (once each)
         self._eval: MathVerifyReward | None = None  # for_eval's reward, made on first use
+        self._join_boxes = False  # for_eval's reward under eval_boxes="join" (see _boxed_answer)
 
     def __getattr__(self, name: str) -> Any:
         """The hyperparameters read as attributes too: ``reward.incorrect is reward.config.incorrect``."""
@@ -459,7 +479,7 @@ class MathVerifyReward:
                 counts["bad_gold"] += 1
                 continue
             if cfg.answer_mode == "boxed":
-                answer = last_boxed(tail(text, cfg.tail_chars))
+                answer = self._boxed_answer(tail(text, cfg.tail_chars), prepared)
             else:
                 answer = tail(text, cfg.tail_chars, whole_tokens=True)
             if not answer or not answer.strip():
@@ -520,16 +540,35 @@ class MathVerifyReward:
             self._remember(self._golds, gold, prepared)
 
     def for_eval(self) -> MathVerifyReward:
-        """The evaluation reward: the same rules and prepared golds, reading ``eval_tail_chars`` (module docstring).
+        """The evaluation reward: the same rules and prepared golds, reading ``eval_tail_chars`` and ``eval_boxes``
+        (module docstring).
 
-        Cached, so repeated evaluations share one result cache; ``self`` when the two windows are equal.
+        Cached, so repeated evaluations share one result cache; ``self`` when the two windows are equal and
+        ``eval_boxes`` is ``"last"``, as in training.
         """
-        if self.config.eval_tail_chars == self.config.tail_chars:
+        join = self.config.eval_boxes == "join"
+        if self.config.eval_tail_chars == self.config.tail_chars and not join:
             return self
         if self._eval is None:
             self._eval = MathVerifyReward(dataclasses.replace(self.config, tail_chars=self.config.eval_tail_chars))
             self._eval._golds = self._golds
+            self._eval._join_boxes = join
         return self._eval
+
+    def _boxed_answer(self, window: str, prepared: Gold | None) -> str | None:
+        """The last box's content (:func:`last_boxed`); in the evaluation form under ``eval_boxes: join``, when the
+        gold holds several items (a set of two or more, as ``(2,2),(6,2)`` or ``3, 5`` parse), the boxes ending at
+        that box as math-verify's own extraction joins them: boxes near each other, or parted by ``,``, ``;``,
+        ``and`` or ``or``, joined by commas (``\\boxed{(2,2)}`` and ``\\boxed{(6,2)}`` read ``(2,2),(6,2)``;
+        ``extract_boxed_content`` of math-verify's LaTeX normaliser, on the text up to the end of the last box)."""
+        span = last_box_span(window)
+        if span is None:
+            return None
+        answer = window[span[0] : span[1]]
+        if not self._join_boxes or prepared is None or not _several_items(prepared.parsed):
+            return answer
+        joined = extract_boxed_content(window[: span[1] + 1], mode="last")
+        return answer if joined == answer.strip() else joined
 
     def _fast_match(self, answer: str, gold: str, prepared: Gold | None) -> bool:
         """Whether ``answer`` (a non-blank last box) is the gold verbatim, so math-verify's verdict is known.

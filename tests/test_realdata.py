@@ -206,6 +206,37 @@ def test_minerva_e_notation_golds_compare_at_their_significant_figures():
     assert verdicts("minerva.jsonl", gold_of("minerva.jsonl", "2.88e-19"), ["2.9 \\times 10^{-19}"]) == [False]
 
 
+def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(tmp_path):
+    """Real golds of several items, each item boxed apart: wrong under the last-box contract (training, and
+    evaluation by default); right in evaluation with ``reward.eval_boxes=join``; a wrong or missing item stays wrong."""
+    cases = {  # file -> (gold, the items as a model boxes them, a wrong item)
+        "olympiadbench.jsonl": ("(1,1), (3,2)", ["(1,1)", "(3,2)"], "(3,3)"),
+        "math500.jsonl": ("3, 5, 7", ["3", "5", "7"], "9"),
+    }
+    for file, (raw, items, bad) in cases.items():
+        gold = gold_of(file, raw)
+        _, report = load(file)
+        texts = [" and ".join(f"$\\boxed{{{i}}}$" for i in items), ", ".join(f"\\boxed{{{i}}}" for i in items),
+                 " and ".join(f"$\\boxed{{{i}}}$" for i in [*items[:-1], bad]),
+                 " and ".join(f"$\\boxed{{{i}}}$" for i in items[:-1])]
+        expected = [True, True, False, False]
+        assert reward_for(report).score(texts, [gold] * 4, [True] * 4).correct.tolist() == [False] * 4
+        assert reward_for(report).for_eval().score(texts, [gold] * 4, [True] * 4).correct.tolist() == [False] * 4
+        joined = reward_for(report, eval_boxes="join")
+        assert joined.score(texts, [gold] * 4, [True] * 4).correct.tolist() == [False] * 4  # training: last box
+        assert joined.for_eval().score(texts, [gold] * 4, [True] * 4).correct.tolist() == expected, file
+    # gdro-rescore's scorer is the reward's evaluation form: a reward built with the key joins there too
+    from gdro.rescore import rescore
+
+    problems, _ = load("olympiadbench.jsonl")
+    (p,) = [p for p in problems if p.answer == "(1,1), (3,2)"]
+    comp = tmp_path / "gens.jsonl"
+    comp.write_text(json.dumps({"uid": p.uid, "completion": "$\\boxed{(1,1)}$ and $\\boxed{(3,2)}$"}) + "\n")
+    bench = [f"olympiadbench={REALDATA / 'olympiadbench.jsonl'}"]
+    assert rescore(str(comp), bench)["olympiadbench"]["mean"] == 0.0
+    assert rescore(str(comp), bench, reward=MathVerifyReward(eval_boxes="join"))["olympiadbench"]["mean"] == 100.0
+
+
 def test_evaluation_reads_the_whole_completion_training_its_window():
     problems, report = load("math500.jsonl")
     p = problems[0]

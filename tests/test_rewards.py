@@ -445,6 +445,47 @@ def test_numbers_as_people_write_them(answer, gold, correct):
     assert b.correct.tolist() == [correct] and b.n_timeout == 0 and b.n_error == 0
 
 
+SEVERAL = "The solutions are $\\boxed{(2,2)}$ and $\\boxed{(6,2)}$."
+
+
+def test_several_boxes_training_reads_the_last_evaluation_may_join_them():
+    """``\\boxed{(2,2)}`` and ``\\boxed{(6,2)}`` for the gold ``(2,2),(6,2)``: the last box alone is wrong (the usual
+    contract, kept for training and as evaluation's default); ``eval_boxes: join`` reads the boxes as math-verify's
+    extraction joins them, in evaluation only, and only for a gold of several items."""
+    gold = "(2,2),(6,2)"
+    texts = [SEVERAL, "So \\boxed{(2,2)}, \\boxed{(6,2)}", "\\boxed{(2,2)}\n\\boxed{(6,2)}", "$\\boxed{(6,2)}$ or $\\boxed{(2,2)}$",
+             "$\\boxed{(2,2)}$ and $\\boxed{(6,3)}$", "\\boxed{(6,2)}", "\\boxed{(2,2)} is one; the long check shows nothing "
+             "more, and the other one we found is \\boxed{(6,2)}", "$\\boxed{(2,2)}$ and $\\boxed{(6,2)}$ and $\\boxed{(9,9)}$"]
+    joined = [True, True, True, True, False, False, False, False]
+    default = MathVerifyReward()
+    for r in (default, default.for_eval(), MathVerifyReward(eval_boxes="join")):
+        assert r.score(texts, [gold] * len(texts), [True] * len(texts)).correct.tolist() == [False] * len(texts)
+    ev = MathVerifyReward(eval_boxes="join").for_eval()
+    assert ev.score(texts, [gold] * len(texts), [True] * len(texts)).correct.tolist() == joined
+    assert MathVerifyReward(eval_boxes="join", eval_tail_chars=300).for_eval()._join_boxes
+    # a gold of one item keeps the last box: a corrected answer is not joined with the first try
+    texts = ["first \\boxed{7}, then corrected: \\boxed{12}", "$\\boxed{(2,2)}$ and $\\boxed{(6,2)}$"]
+    assert ev.score(texts, ["12", "(6,2)"], [True, True]).correct.tolist() == [True, True]
+    assert ev.score(texts, ["7", "(2,2)"], [True, True]).correct.tolist() == [False, False]
+    with pytest.raises(ValueError, match="eval_boxes must be one of"):
+        RewardConfig(eval_boxes="all")
+
+
+def test_eval_boxes_is_a_key_of_gdro_eval_and_training_configs():
+    """``gdro-eval reward.eval_boxes=join`` (and the trainer's periodic evaluation) reach the evaluation scorer."""
+    from hydra import compose, initialize_config_dir
+    from hydra.utils import instantiate
+
+    from tests.conftest import CONF
+
+    for app in ("eval_app", "train"):
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            cfg = compose(config_name=app, overrides=["reward.eval_boxes=join"])
+        r = instantiate(cfg.reward)
+        assert r.config.eval_boxes == "join" and r.for_eval()._join_boxes and not r._join_boxes
+        assert r.for_eval().score([SEVERAL], ["(2,2),(6,2)"], [True]).correct.tolist() == [True]
+
+
 def _prefix_guard(parsed: list) -> bool:
     """The magnitude guard as it was before the fix: log10 of a Float, which raises on a zero."""
     return any(math.log10(abs(float(p))) > 5 for p in parsed if isinstance(p, sympy.Float))
