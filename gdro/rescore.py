@@ -36,7 +36,7 @@ import numpy as np
 
 from gdro.data.benchmarks import BENCHMARKS, MATH_SUFFIX, DataFileError, load_benchmark, read_json_lines
 from gdro.data.synthetic import Problem
-from gdro.rewards import MathVerifyReward, RewardConfig
+from gdro.rewards import EVAL_BOXES, MathVerifyReward, RewardConfig
 
 TEXT_KEYS = ("completion", "response")
 LIST_KEYS = ("completions", "responses")
@@ -219,12 +219,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="a loader setting for every benchmark (e.g. solution_key=solution)")
     ap.add_argument("--window", default="eval", help="eval (whole completion, default) | train (training window)")
+    ap.add_argument("--boxes", default="last", choices=EVAL_BOXES,
+                    help="last (the last \\boxed{}, as training; default) | join (a gold of several items reads the "
+                         "final boxes joined, as math-verify does): the reward's eval_boxes (docs/scoring.md)")
     ap.add_argument("--out", help="write one line per completion with gdro's verdict")
     args = ap.parse_args(argv)
     try:
         if not Path(args.completions).is_file():
             raise RescoreError(f"{args.completions}: no such file")
-        rescore(args.completions, args.benchmark, window=args.window, overrides=_overrides(args.set), out=args.out)
+        rescore(args.completions, args.benchmark, window=args.window, overrides=_overrides(args.set), out=args.out,
+                reward=MathVerifyReward(RewardConfig(eval_boxes=args.boxes)))
     except (RescoreError, OSError) as err:
         print(f"gdro-rescore: error: {err}", file=sys.stderr)
         return 2

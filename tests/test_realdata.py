@@ -235,6 +235,13 @@ def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(
     bench = [f"olympiadbench={REALDATA / 'olympiadbench.jsonl'}"]
     assert rescore(str(comp), bench)["olympiadbench"]["mean"] == 0.0
     assert rescore(str(comp), bench, reward=MathVerifyReward(eval_boxes="join"))["olympiadbench"]["mean"] == 100.0
+    # and on the command line: gdro-rescore --boxes join
+    from gdro.rescore import main as rescore_main
+
+    for boxes, verdict in (("last", False), ("join", True)):
+        out = tmp_path / f"verdicts-{boxes}.jsonl"
+        assert rescore_main([str(comp), "--benchmark", bench[0], "--boxes", boxes, "--out", str(out)]) == 0
+        assert [json.loads(line)["correct"] for line in out.read_text().splitlines()] == [verdict], boxes
 
 
 def test_evaluation_reads_the_whole_completion_training_its_window():
