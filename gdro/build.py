@@ -149,18 +149,18 @@ def _previous_run_aside(run_dir: Path) -> None:
     files = [run_dir / n for n in ("metrics.jsonl", "run.json", "config.yaml") if (run_dir / n).is_file()]
     if not files:
         return
+    _record_end(run_dir / "run.json", run_dir)  # first: if the disk refuses it, nothing is set aside yet
     k = 1
     while any((run_dir / f"{f.name}.prev-{k}").exists() for f in files):
         k += 1
     for f in files:
         f.rename(run_dir / f"{f.name}.prev-{k}")
-    _record_end(run_dir / f"run.json.prev-{k}", run_dir)
     log.warning("%s held an earlier run without a checkpoint: its files were kept as *.prev-%d", run_dir, k)
 
 
 def _record_end(path: Path, run_dir: Path) -> None:
-    """Write into a set-aside run.json (``path``) how its run ended, if it still says ``running``; the lock's
-    deferred fields, once written there, are settled (recorded once)."""
+    """Write into the run.json about to be set aside (``path``) how its run ended, if it still says ``running``; the
+    lock's deferred fields, once written there, are settled (recorded once)."""
     try:
         old = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
