@@ -26,7 +26,6 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from gdro.advantages import group_advantages
 from gdro.checkpoint import (
     CKPT_ROOT,
     FINAL_DIR,
@@ -285,11 +284,10 @@ class Trainer:
                                              lambda *shard: derive_seed(run.seed, STREAM_ROLLOUT, step, *shard),
                                              self.train_sampling)
         with clock("reward_s"):
-            # 3. verifiable reward and GRPO advantages over each prompt's own group (Eq. 3)
+            # 3. verifiable reward and the loss's advantages over each prompt's own group (GRPO: Eq. 3)
             scored = self.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
-            adv = group_advantages(torch.as_tensor(scored.rewards, dtype=torch.float32),
-                                   torch.as_tensor(roll.group_index), len(probs), norm_by_std=loss.norm_adv_by_std,
-                                   eps=loss.adv_eps, unbiased_std=loss.unbiased_std)
+            adv = loss.advantages(torch.as_tensor(scored.rewards, dtype=torch.float32),
+                                  torch.as_tensor(roll.group_index), len(probs))
         with clock("controller_s"):
             # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
             mult = self.sampler.loss_weights(bins, roll.group_index)

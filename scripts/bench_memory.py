@@ -29,7 +29,7 @@ import torch
 
 from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
-from gdro.loss import LossConfig
+from gdro.loss import GRPOLoss
 from gdro.policy import (
     LOGITS_CHUNK_ELEMENTS,
     Forward,
@@ -150,7 +150,7 @@ def random_rollouts(tokenizer, prompts: list[str], per_prompt: int, new_tokens: 
 
 
 def grpo_step(model, tokenizer, *, rollouts: int, per_prompt: int, new_tokens: int, optim_cfg: OptimConfig,
-              loss_cfg: LossConfig, gen_rollouts: int | None = None, gen_tokens: int | None = None,
+              loss_cfg: GRPOLoss, gen_rollouts: int | None = None, gen_tokens: int | None = None,
               seed: int = 0, engine=None) -> list[Phase]:
     """Generation (``gen_rollouts`` x ``gen_tokens``, default the step's), reference log-probs and the update of one
     GRPO step on ``rollouts`` x ``new_tokens`` (the generated batch when the sizes agree, else random tokens).
@@ -230,7 +230,7 @@ def main() -> None:
     print(f"RSS after building the model: {rss_bytes() / GIB:.2f} GiB", flush=True)
     optim_cfg = OptimConfig(lr=1e-6, warmup_steps=0, micro_batch_size=8, micro_batch_tokens=args.micro_batch_tokens)
     phases = grpo_step(model, tok, rollouts=args.rollouts, per_prompt=args.per_prompt, new_tokens=args.new_tokens,
-                       optim_cfg=optim_cfg, loss_cfg=LossConfig(beta_kl=0.001), gen_rollouts=args.gen_rollouts,
+                       optim_cfg=optim_cfg, loss_cfg=GRPOLoss(beta_kl=0.001), gen_rollouts=args.gen_rollouts,
                        gen_tokens=args.gen_tokens)
     print(f"peak RSS of the step: {max(p.peak_rss for p in phases) / GIB:.2f} GiB")
 

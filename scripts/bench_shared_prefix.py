@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from gdro.data.synthetic import CopyTask
-from gdro.loss import LossConfig
+from gdro.loss import GRPOLoss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     Forward,
@@ -79,7 +79,7 @@ def main() -> None:
     fed = fed_tokens(roll, rows, args.micro_batch_size)
     print("tokens fed per pass: " + ", ".join(f"{k} {v} ({real / v:.0%} real)" for k, v in fed.items()))
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(0))
-    loss_cfg = LossConfig(beta_kl=0.001)
+    loss_cfg = GRPOLoss(beta_kl=0.001)
     times: dict[str, list[float]] = {f"{p} {k}": [] for p in ("ref", "update") for k in LAYOUTS}
     times |= {f"generate prune_every={k}": [] for k in engines}
     lps = {}

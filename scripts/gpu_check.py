@@ -46,7 +46,7 @@ def main() -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_memory import GIB, grpo_step, qwen3_model
 
-    from gdro.loss import LossConfig
+    from gdro.loss import GRPOLoss
     from gdro.models import COMPUTE_DTYPE_ATTR
     from gdro.policy import OptimConfig
     from gdro.tiny import build_tokenizer
@@ -78,7 +78,7 @@ def main() -> int:
               f"free on the device {torch.cuda.mem_get_info(device)[0] / GIB:.2f} GiB", flush=True)
     optim_cfg = OptimConfig(lr=args.lr, warmup_steps=0, micro_batch_size=8, micro_batch_tokens=args.micro_batch_tokens)
     phases = grpo_step(model, tok, rollouts=args.rollouts, per_prompt=args.per_prompt, new_tokens=args.new_tokens,
-                       optim_cfg=optim_cfg, loss_cfg=LossConfig(beta_kl=0.001), engine=engine)
+                       optim_cfg=optim_cfg, loss_cfg=GRPOLoss(beta_kl=0.001), engine=engine)
     if engine is not None:
         import time
 

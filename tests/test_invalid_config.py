@@ -76,8 +76,13 @@ CASES = [
     ("allocator=rollout-gdro rollouts_per_prompt=1", "rollouts_per_prompt"),
     ("allocator=sqrt allocator.n_min=10", "n_min=10"),
     ("allocator=rollout-gdro rollouts_per_prompt=30", "rollouts_per_prompt=30"),
+    ("loss=gspo loss.clip_low=2", "loss.clip_low=2"),
+    ("loss=gspo loss.agg=mean", "loss.agg=mean"),
+    ("loss=dr-grpo loss.max_new_tokens=0", "loss.max_new_tokens=0"),
+    ("loss=dr-grpo loss.norm_adv_by_std=false", "'loss.norm_adv_by_std'"),
     # options, targets and override syntax
     ("sampler=nope", "sampler=nope"),
+    ("loss=nope", "loss=nope: no such option (available: dr-grpo, grpo, gspo)"),
     ("sampler._target_=nope.Nope", "sampler._target_"),
     ("steps=[1,2", "steps=[1,2"),
 ]

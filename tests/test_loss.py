@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gdro.loss import (
     AGG_MODES,
-    LossConfig,
+    GRPOLoss,
     aggregate,
     aggregation_denom,
     clipped_surrogate,
@@ -228,7 +228,7 @@ def test_k3_nonnegative_and_clamped(xs: list[float]) -> None:
     assert kl_penalty(t[0:1], t[0:1], "k3").abs().max().item() == 0.0
 
 
-# ----------------------------------------------------------------------------- LossConfig
+# ----------------------------------------------------------------------------- GRPOLoss
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -244,12 +244,12 @@ def test_k3_nonnegative_and_clamped(xs: list[float]) -> None:
 )
 def test_loss_config_validation_names_the_key(key: str, value: object, message: str) -> None:
     with pytest.raises(ValueError) as info:
-        LossConfig(**{key: value})
+        GRPOLoss(**{key: value})
     assert str(info.value).startswith(message)
 
 
 def test_loss_config_defaults() -> None:
-    cfg = LossConfig()
+    cfg = GRPOLoss()
     assert (cfg.clip_low, cfg.clip_high, cfg.beta_kl, cfg.kl_estimator, cfg.agg) == (
         0.2,
         0.28,

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.loss import LossConfig
+from gdro.loss import GRPOLoss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     LOGITS_CHUNK_ELEMENTS,
@@ -187,7 +187,7 @@ def test_token_budget_update_equals_row_micro_batches(tiny):
     model, tok = tiny
     roll = _ragged_batch(len(tok), n_groups=4, per_group=4, seed=7, max_len=12)
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(8))
-    loss_cfg = LossConfig(beta_kl=0.01)
+    loss_cfg = GRPOLoss(beta_kl=0.01)
     results = []
     for micro in ({"micro_batch_size": 128}, {"micro_batch_tokens": 60}):
         policy = copy.deepcopy(model)

@@ -1,4 +1,5 @@
-"""Every ``_target_`` in ``conf/`` satisfies its group's Protocol (gdro/interfaces.py, gdro/rollout/base.py).
+"""Every ``_target_`` in ``conf/`` satisfies its group's Protocol (gdro/interfaces.py, gdro/rollout/base.py,
+gdro/loss/base.py).
 
 ``isinstance`` with a ``runtime_checkable`` Protocol only checks that the members exist; ``conforms`` also checks
 that each method accepts the Protocol's parameters by name (extra parameters must have defaults), so a component
@@ -21,6 +22,7 @@ from gdro.interfaces import (
     Reward,
     RolloutAllocator,
 )
+from gdro.loss import Loss
 from gdro.models import load_model
 from gdro.rollout.base import Generator
 from gdro.rollout.factory import make_engine
@@ -28,7 +30,7 @@ from gdro.tracking import RunLogger
 from tests.conftest import CONF, compose_cfg
 
 PROTOCOLS = {"sampler": PromptSampler, "allocator": RolloutAllocator, "classifier": DifficultyClassifier,
-             "reward": Reward, "data": ProblemSource}
+             "reward": Reward, "data": ProblemSource, "loss": Loss}
 
 
 def _members(proto: type) -> dict[str, object]:

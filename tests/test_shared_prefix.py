@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.loss import LossConfig, grpo_loss
+from gdro.loss import GRPOLoss, grpo_loss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     Forward,
@@ -209,7 +209,7 @@ def test_ppo_update_equal(tiny, roll, micro):
     model, tok = tiny
     adv = torch.randn(len(roll), generator=torch.Generator().manual_seed(8))
     adv[roll.group_index == 4] = 0.0  # some zero-advantage rows
-    loss_cfg = LossConfig(beta_kl=0.01)
+    loss_cfg = GRPOLoss(beta_kl=0.01)
     results = []
     for how in CONFIGS:
         policy = copy.deepcopy(model)
@@ -248,7 +248,7 @@ def test_single_step_update_equal_without_reference(tiny, roll):
         policy = copy.deepcopy(model)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, **how)
         opt, sched = cfg.make(policy.parameters())
-        stats, losses = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg,
+        stats, losses = ppo_update(policy, opt, sched, roll, adv, GRPOLoss(beta_kl=0.0), cfg,
                                    Forward.bind(cfg, pad_id=_pad_id(tok), temperature=1.0),
                                    rng=np.random.default_rng(0))
         out.append((stats, losses, dict(policy.named_parameters())))
@@ -324,7 +324,7 @@ def test_gradient_checkpointing_falls_back(tiny, roll):
         policy = copy.deepcopy(ckpt)
         cfg = OptimConfig(lr=1e-3, warmup_steps=0, micro_batch_size=5, **how)
         opt, sched = cfg.make(policy.parameters())
-        stats, _ = ppo_update(policy, opt, sched, roll, adv, LossConfig(beta_kl=0.0), cfg,
+        stats, _ = ppo_update(policy, opt, sched, roll, adv, GRPOLoss(beta_kl=0.0), cfg,
                               Forward.bind(cfg, pad_id=_pad_id(tok), temperature=1.0), rng=np.random.default_rng(0))
         out.append(stats)
     for other in out[1:]:  # (the packed path needs no KV cache: it runs under checkpointing as it is)

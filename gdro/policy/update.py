@@ -1,8 +1,9 @@
-"""The GRPO policy update (paper Eq. 4–7): clipped-surrogate steps on a ragged rollout batch.
+"""The policy update (paper Eq. 4–7 for GRPO): clipped-surrogate steps on a ragged rollout batch.
 
-How each forward runs (layouts, micro-batches, processes) is :class:`gdro.policy.forward.Forward`'s; the loss is
-:func:`gdro.loss.grpo_loss`'s. This module holds the schedule: epochs, mini-batches, gradient accumulation with
-mini-batch-wide denominators, clipping, and the per-response losses the controllers read.
+How each forward runs (layouts, micro-batches, processes) is :class:`gdro.policy.forward.Forward`'s; the loss
+is the run's :class:`gdro.loss.Loss` (``loss=grpo|gspo|dr-grpo``). This module holds the schedule: epochs,
+mini-batches, gradient accumulation with mini-batch-wide denominators (:class:`gdro.loss.BatchCounts`),
+clipping, and the per-response losses the controllers read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gdro.loss import LossConfig, grpo_loss, per_response_mean
+from gdro.loss import BatchCounts, Loss, LossInputs, per_response_mean
 from gdro.policy.config import OptimConfig
 from gdro.policy.forward import Forward
 from gdro.rollout.base import RolloutBatch
@@ -21,23 +22,24 @@ from gdro.rollout.base import RolloutBatch
 
 @dataclass(frozen=True)
 class ResponseLosses:
-    """Per-response token means ``(N,)`` from the first epoch: clipped PG loss (with the advantages the update
-    used) and KL to π_ref (zeros without a reference)."""
+    """Per-response token means ``(N,)`` from the first epoch: the loss's PG term (the clipped PG loss, with
+    the advantages the update used) and KL to π_ref (zeros without a reference)."""
 
     pg: np.ndarray
     kl: np.ndarray
 
 
 def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: RolloutBatch, adv: torch.Tensor,
-               loss_cfg: LossConfig, optim_cfg: OptimConfig, fwd: Forward, *, rng: np.random.Generator,
+               loss: Loss, optim_cfg: OptimConfig, fwd: Forward, *, rng: np.random.Generator,
                ref_model=None, local_rows: np.ndarray | None = None) -> tuple[dict[str, float | None], ResponseLosses]:
-    """One GRPO policy update on a ragged rollout batch; returns aggregated statistics and per-response losses.
+    """One policy update with ``loss`` on a ragged rollout batch; returns aggregated statistics and
+    per-response losses.
 
     With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the old log-probs are
     the current ones (detached): no extra forward pass.
 
     The per-response losses (from the first epoch) are reductions of the per-token terms the loss itself computed
-    (``grpo_loss``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the clipped PG loss with
+    (``loss.compute``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the PG loss with
     the advantages ``adv`` as given — and ``kl`` — the token mean of the KL to π_ref (0 without a reference). Rows
     skipped as zero-advantage have ``pg`` exactly 0.
 
@@ -51,12 +53,12 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
     single_step = optim_cfg.ppo_epochs == 1 and optim_cfg.mini_batches == 1
     old = None if single_step else _by_row(n, mine, fwd.logprobs_no_grad(model, roll, mine))
     t_ref = time.perf_counter()
-    if loss_cfg.beta_kl > 0 and ref_model is None:
+    if loss.beta_kl > 0 and ref_model is None:
         raise ValueError("loss.beta_kl > 0 needs a reference model")
-    ref = _by_row(n, mine, fwd.logprobs_no_grad(ref_model, roll, mine)) if loss_cfg.beta_kl > 0 else None
+    ref = _by_row(n, mine, fwd.logprobs_no_grad(ref_model, roll, mine)) if loss.beta_kl > 0 else None
     t_ref = time.perf_counter() - t_ref
-    skip = optim_cfg.skip_zero_adv and loss_cfg.beta_kl == 0
-    step = _Update(model, optimizer, roll, adv, loss_cfg, fwd, mine, old, ref)
+    skip = optim_cfg.skip_zero_adv and loss.beta_kl == 0
+    step = _Update(model, optimizer, roll, adv, loss, fwd, mine, old, ref)
     model.train()
     for epoch in range(optim_cfg.ppo_epochs):
         order = np.arange(n) if single_step else rng.permutation(n)
@@ -86,7 +88,7 @@ class _Update:
     optimizer: torch.optim.Optimizer
     roll: RolloutBatch
     adv: torch.Tensor
-    loss_cfg: LossConfig
+    loss: Loss
     fwd: Forward
     mine: np.ndarray  # the rows this process trains on (all of them in one process)
     old: list[torch.Tensor | None] | None  # π_old log-probs per row (None: one optimiser step, π_old = π_θ)
@@ -104,10 +106,8 @@ class _Update:
 
     def mini_batch(self, mb: np.ndarray, rows: np.ndarray, *, first_epoch: bool, grad_clip: float) -> None:
         """One optimiser step over mini-batch ``mb``, forwarding this process's ``rows`` of it."""
-        lengths, agg = self.roll.lengths, self.loss_cfg.agg
         # mini-batch-wide denominators: micro-batch losses then sum to the mini-batch loss exactly
-        n_tok = float(lengths[mb].sum())
-        n_seq = float((lengths[mb] > 0).sum()) if agg == "seq-mean-token-mean" else float(len(mb))
+        counts = BatchCounts.of(self.roll.lengths[mb])
         rows = rows[self.is_mine[rows]]
         self.optimizer.zero_grad(set_to_none=True)
         plan = self.fwd.plan(self.model, self.roll, rows, self.mine)
@@ -115,24 +115,20 @@ class _Update:
             logp, _ = self.fwd.logprobs(self.model, self.roll, part)
             (logp.sum() * 0.0).backward()
         for part in plan.parts:
-            self.micro_batch(part, n_tok if agg == "token-mean" else n_seq, n_tok, first_epoch)
+            self.micro_batch(part, counts, first_epoch)
         # clip_grad_norm_ with max_norm=inf only measures the norm (0 when no row had gradient)
         gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), grad_clip or float("inf"))
         self.grad_norms.append(float(gn))
         self.optimizer.step()
 
-    def micro_batch(self, part: np.ndarray, denom: float, n_tok: float, first_epoch: bool) -> None:
+    def micro_batch(self, part: np.ndarray, counts: BatchCounts, first_epoch: bool) -> None:
         """Forward and backward of one micro-batch; its statistics and (first epoch) per-response losses."""
-        cfg = self.loss_cfg
         logp, mask = self.fwd.logprobs(self.model, self.roll, part)
         width = logp.shape[1]
         old_lp = logp.detach() if self.old is None else _stack([self.old[i] for i in part], width)
         ref_lp = None if self.ref is None else _stack([self.ref[i] for i in part], width)
-        loss, stats, terms = grpo_loss(
-            logp, old_lp, self.adv[part].to(logp.device, logp.dtype), mask,
-            clip_low=cfg.clip_low, clip_high=cfg.clip_high, beta_kl=cfg.beta_kl, ref_logp=ref_lp,
-            kl_estimator=cfg.kl_estimator, agg=cfg.agg, denom=denom, token_denom=n_tok, clip_ratio_c=cfg.clip_ratio_c,
-        )
+        adv = self.adv[part].to(logp.device, logp.dtype)
+        loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp), counts)
         # a sharded model averages the gradients over processes; the loss is already normalised by the whole batch
         (loss * self.fwd.dist.grad_scale).backward()
         if first_epoch:  # the controllers' per-response losses: reductions of the loss's own terms

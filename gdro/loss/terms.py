@@ -1,4 +1,5 @@
-"""GRPO policy loss: clipped surrogate, KL estimators, aggregation modes (paper Eq. 4-7; verl semantics).
+"""The terms every loss is made of: clipped surrogate, KL estimators, aggregation modes (paper Eq. 4-7; verl
+semantics), and ``grpo_loss``, the GRPO loss they make (``loss=grpo``, gdro/loss/grpo.py).
 
 Shapes: ``B`` responses, ``T`` (padded) response tokens. ``logp``/``old_logp``/``ref_logp`` are token
 log-probs ``(B, T)`` of the sampled tokens under the current / behaviour / reference policy; ``adv`` is the
@@ -15,13 +16,15 @@ given (valid tokens or sequences). Splitting a mini-batch into micro-batches and
 losses therefore does NOT reproduce the mini-batch loss unless every micro-batch divides by the *mini-batch's*
 count: compute ``denom = aggregation_denom(minibatch_mask, agg)`` (and ``token_denom =
 aggregation_denom(minibatch_mask, "token-mean")`` for the token statistics) once per mini-batch, pass them to
-every micro-batch's ``grpo_loss``, and sum (do not average) the micro-batch losses and stats.
+every micro-batch's ``grpo_loss``, and sum (do not average) the micro-batch losses and stats. The update
+does this through the loss seam: it hands every micro-batch the mini-batch's ``BatchCounts``
+(gdro/loss/base.py), from which each loss takes its own denominators (``BatchCounts.denom(agg)`` is
+``aggregation_denom``'s).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -29,13 +32,14 @@ import torch
 __all__ = [
     "AGG_MODES",
     "KL_ESTIMATORS",
-    "LossConfig",
     "TokenTerms",
     "aggregate",
     "aggregation_denom",
+    "check_hyper",
     "clipped_surrogate",
     "grpo_loss",
     "kl_penalty",
+    "kl_term",
     "per_response_mean",
 ]
 
@@ -217,24 +221,13 @@ def grpo_loss(
         ``ref_logp``, ``kl``): per-response controller signals are reductions of them (``per_response_mean``).
     """
     _check_2d("mask", mask, logp)
-    if not (beta_kl >= 0 and math.isfinite(beta_kl)):
-        raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
-    if beta_kl > 0 and ref_logp is None:
-        raise ValueError(f"ref_logp is required when beta_kl > 0 (beta_kl={beta_kl})")
     if token_denom is None:
         token_denom = denom if (agg == "token-mean" and denom is not None) else None
 
     pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
     pg_loss = aggregate(pg, mask, agg, denom)
-    loss = pg_loss
-    kl_tok = None
-    if ref_logp is not None:
-        kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
-        kl = aggregate(kl_tok, mask, agg, denom)
-        if beta_kl > 0:
-            loss = loss + beta_kl * kl
-    else:
-        kl = torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device)
+    loss, kl, kl_tok = kl_term(pg_loss, logp, ref_logp, mask, beta_kl=beta_kl, kl_estimator=kl_estimator,
+                               agg=agg, denom=denom)
     with torch.no_grad():
         ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
         stats = {
@@ -266,40 +259,56 @@ def per_response_mean(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return masked.sum(dim=-1) / m.sum(dim=-1).clamp_min(1.0)
 
 
-@dataclass(frozen=True)
-class LossConfig:
-    """Hyperparameters of the GRPO loss and advantages (paper Appendix A / verl defaults used by the code).
+def kl_term(
+    pg_loss: torch.Tensor,
+    logp: torch.Tensor,
+    ref_logp: torch.Tensor | None,
+    mask: torch.Tensor,
+    *,
+    beta_kl: float,
+    kl_estimator: str,
+    agg: str,
+    denom: float | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Add the KL to π_ref to an aggregated PG loss: ``(pg_loss + beta_kl * agg(kl), agg(kl), kl per token)``.
 
-    clip_low / clip_high: asymmetric PPO clip epsilons (0.2 / 0.28). beta_kl: KL loss coefficient (0.001).
-    kl_estimator: ``kl_penalty`` name (verl ``low_var_kl``). agg: ``aggregate`` mode (verl ``token-mean``).
-    clip_ratio_c: dual-clip cap for A < 0 (None = off; verl's default, used by the official runs, is 3.0).
-    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3).
+    The KL is aggregated like the PG term (``agg``, ``denom``: Eq. 6). It is added only if ``beta_kl > 0``
+    (then ``ref_logp`` is required); with ``ref_logp`` and ``beta_kl == 0`` it is only measured. Without
+    ``ref_logp`` the KL is a zero scalar and its per-token terms are None.
     """
+    if not (beta_kl >= 0 and math.isfinite(beta_kl)):
+        raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
+    if beta_kl > 0 and ref_logp is None:
+        raise ValueError(f"ref_logp is required when beta_kl > 0 (beta_kl={beta_kl})")
+    if ref_logp is None:
+        return pg_loss, torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device), None
+    kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
+    kl = aggregate(kl_tok, mask, agg, denom)
+    return (pg_loss + beta_kl * kl if beta_kl > 0 else pg_loss), kl, kl_tok
 
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    beta_kl: float = 0.001
-    kl_estimator: str = "low_var_kl"
-    agg: str = "token-mean"
-    norm_adv_by_std: bool = True
-    adv_eps: float = 1e-6
-    unbiased_std: bool = False
-    clip_ratio_c: float | None = None
 
-    def __post_init__(self) -> None:
-        if not 0.0 < self.clip_low < 1.0:
-            raise ValueError(f"clip_low must be in (0, 1), got {self.clip_low}")
-        if not (self.clip_high > 0.0 and math.isfinite(self.clip_high)):
-            raise ValueError(f"clip_high must be > 0, got {self.clip_high}")
-        if not (self.beta_kl >= 0.0 and math.isfinite(self.beta_kl)):
-            raise ValueError(f"beta_kl must be >= 0, got {self.beta_kl}")
-        if self.clip_ratio_c is not None and not (
-            self.clip_ratio_c > 1.0 and math.isfinite(self.clip_ratio_c)
-        ):
-            raise ValueError(f"clip_ratio_c must be > 1 or None, got {self.clip_ratio_c}")
-        if self.kl_estimator not in KL_ESTIMATORS:
-            raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if self.agg not in AGG_MODES:
-            raise ValueError(f"agg must be one of {AGG_MODES}, got {self.agg!r}")
-        if not (self.adv_eps >= 0.0 and math.isfinite(self.adv_eps)):
-            raise ValueError(f"adv_eps must be >= 0, got {self.adv_eps}")
+def check_hyper(
+    *,
+    clip_low: float,
+    clip_high: float,
+    beta_kl: float,
+    kl_estimator: str,
+    agg: str | None = None,
+    clip_ratio_c: float | None = None,
+    adv_eps: float | None = None,
+) -> None:
+    """The range checks a loss's hyperparameters share (its ``__post_init__``); each message names its key."""
+    if not 0.0 < clip_low < 1.0:
+        raise ValueError(f"clip_low must be in (0, 1), got {clip_low}")
+    if not (clip_high > 0.0 and math.isfinite(clip_high)):
+        raise ValueError(f"clip_high must be > 0, got {clip_high}")
+    if not (beta_kl >= 0.0 and math.isfinite(beta_kl)):
+        raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
+    if clip_ratio_c is not None and not (clip_ratio_c > 1.0 and math.isfinite(clip_ratio_c)):
+        raise ValueError(f"clip_ratio_c must be > 1 or None, got {clip_ratio_c}")
+    if kl_estimator not in KL_ESTIMATORS:
+        raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
+    if agg is not None and agg not in AGG_MODES:
+        raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
+    if adv_eps is not None and not (adv_eps >= 0.0 and math.isfinite(adv_eps)):
+        raise ValueError(f"adv_eps must be >= 0, got {adv_eps}")

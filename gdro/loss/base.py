@@ -1,0 +1,87 @@
+"""The loss seam: the ``Loss`` Protocol of every ``conf/loss`` option, and what the update hands a loss.
+
+A loss owns both halves of what GRPO-like methods disagree on, so a new one is one file and one option file:
+
+* ``advantages(rewards, group_index, num_groups)``: the step's ``(N,)`` advantages from the rewards and each
+  response's group (prompt), over *ragged* groups (gdro/advantages.py segment ops; Eq. 3 for GRPO). The
+  trainer then multiplies them by Prompt-GDRO's positive multipliers (Eq. 16) before the update.
+* ``compute(batch, counts)``: the loss of one micro-batch (``LossInputs``), divided by denominators taken from
+  the whole mini-batch's ``BatchCounts``, so that the micro-batch losses, gradients and statistics *sum* to
+  the mini-batch's (gradient accumulation, and processes that each forward a part of the mini-batch).
+
+Every loss in gdro is linear in the advantages for a positive factor (``max``/``min`` commute with it), so the
+trainer recovers the unweighted per-response loss by dividing by the multiplier (``StepFeedback.pg_loss``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol, runtime_checkable
+
+import numpy as np
+import torch
+
+from gdro.loss.terms import TokenTerms
+
+__all__ = ["BatchCounts", "Loss", "LossInputs"]
+
+
+class LossInputs(NamedTuple):
+    """One micro-batch's inputs: token log-probs ``(B, T)`` of the sampled tokens, ``mask`` ``(B, T)`` of
+    valid tokens, and the ``(B,)`` advantages (already multiplied by any Prompt-GDRO multipliers)."""
+
+    logp: torch.Tensor  # current policy π_θ, with gradient
+    old_logp: torch.Tensor  # behaviour policy π_old, detached (logp.detach() for a one-optimiser-step update)
+    mask: torch.Tensor
+    adv: torch.Tensor
+    ref_logp: torch.Tensor | None = None  # reference π_ref (detached); None when no reference model is loaded
+
+
+class BatchCounts(NamedTuple):
+    """Counts over a whole mini-batch (every row of it, on every process): the denominators a loss divides
+    each micro-batch by. Each is at least 1, so an empty mini-batch aggregates to 0 rather than NaN."""
+
+    rows: int  # responses
+    responses: int  # responses with at least one valid token
+    tokens: int  # valid tokens
+
+    @classmethod
+    def of(cls, lengths: np.ndarray) -> BatchCounts:
+        """The counts of a mini-batch whose responses have ``lengths`` valid tokens each."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        return cls(max(len(lengths), 1), max(int((lengths > 0).sum()), 1), max(int(lengths.sum()), 1))
+
+    def denom(self, agg: str) -> float:
+        """The mini-batch's denominator of ``aggregate(., ., agg)`` (``aggregation_denom`` of its mask)."""
+        by_mode = {"token-mean": self.tokens, "seq-mean-token-mean": self.responses,
+                   "seq-mean-token-sum": self.rows}
+        if agg not in by_mode:
+            raise ValueError(f"agg must be one of {tuple(by_mode)}, got {agg!r}")
+        return float(by_mode[agg])
+
+
+@runtime_checkable
+class Loss(Protocol):
+    """A policy loss with its advantages (``loss=<name>``: ``conf/loss/<name>.yaml``; docs/extending.md).
+
+    ``beta_kl`` > 0 makes the run load a frozen reference model and pass its log-probs as
+    ``LossInputs.ref_logp``; with 0 none is loaded and rows with zero advantage may skip the forward
+    (``optim.skip_zero_adv``), so a loss's gradient must be zero at A = 0 when its ``beta_kl`` is 0.
+    """
+
+    beta_kl: float  # coefficient of the KL to π_ref in the loss (0: no reference model)
+
+    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
+        """``(N,)`` advantages of ``rewards`` ``(N,)``, response ``i`` in group ``group_index[i]`` of
+        ``num_groups`` (ragged: groups of any size, their rows in any order)."""
+        ...
+
+    def compute(self, batch: LossInputs,
+                counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
+        """``(loss, stats, terms)`` of one micro-batch of a mini-batch with ``counts``.
+
+        ``loss``: the scalar to backpropagate. ``stats``: detached scalars logged as ``train/<name>`` (summed
+        over the micro-batches, averaged over the optimiser steps): ``pg_loss`` and ``kl`` at least.
+        ``terms``: the detached per-token terms the loss reduced (``TokenTerms``); the controllers'
+        per-response signals are their token means (``per_response_mean``).
+        """
+        ...

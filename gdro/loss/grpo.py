@@ -1,0 +1,62 @@
+"""GRPO, ``loss=grpo`` (the default): group-normalised advantages and the token-level clipped surrogate with a
+KL to the frozen initial policy (paper Eq. 3-7, Appendix A; verl's actor loss with ``use_kl_loss``).
+
+    A_i  = (r_i - mean_g r) / (std_g r + eps)        over each prompt's own (ragged) group      (Eq. 3)
+    pg_t = max(-A_i rho_t, -A_i clip(rho_t, 1 - clip_low, 1 + clip_high))                       (Eq. 4-5)
+    loss = agg(pg) + beta_kl agg(kl)                                                            (Eq. 6)
+
+The terms are gdro/loss/terms.py's (``grpo_loss``); this class binds ``conf/loss/grpo.yaml``'s values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gdro.advantages import group_advantages
+from gdro.loss.base import BatchCounts, LossInputs
+from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
+
+__all__ = ["GRPOLoss"]
+
+
+@dataclass(frozen=True)
+class GRPOLoss:
+    """The GRPO loss and its advantages (paper Appendix A / the verl defaults the official code uses).
+
+    clip_low / clip_high: asymmetric PPO clip epsilons (0.2 / 0.28). beta_kl: KL loss coefficient (0.001).
+    kl_estimator: ``kl_penalty`` name (verl ``low_var_kl``). agg: ``aggregate`` mode (verl ``token-mean``).
+    clip_ratio_c: dual-clip cap for A < 0 (None = off; verl's default, used by the official runs, is 3.0).
+    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3).
+    """
+
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    beta_kl: float = 0.001
+    kl_estimator: str = "low_var_kl"
+    agg: str = "token-mean"
+    norm_adv_by_std: bool = True
+    adv_eps: float = 1e-6
+    unbiased_std: bool = False
+    clip_ratio_c: float | None = None
+
+    def __post_init__(self) -> None:
+        check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
+                    kl_estimator=self.kl_estimator, agg=self.agg, clip_ratio_c=self.clip_ratio_c,
+                    adv_eps=self.adv_eps)
+
+    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
+        """Eq. 3 over ragged groups: ``(r - mean) / (std + adv_eps)`` (``r - mean`` without std norm)."""
+        return group_advantages(rewards, group_index, num_groups, norm_by_std=self.norm_adv_by_std,
+                                eps=self.adv_eps, unbiased_std=self.unbiased_std)
+
+    def compute(self, batch: LossInputs,
+                counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
+        """``grpo_loss`` of one micro-batch, over the mini-batch's ``agg`` denominator and (the token
+        statistics) its valid-token count: ``pg_loss``, ``kl``, ``clip_frac`` (tokens clipped),
+        ``ratio_mean``."""
+        return grpo_loss(batch.logp, batch.old_logp, batch.adv, batch.mask, clip_low=self.clip_low,
+                         clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
+                         kl_estimator=self.kl_estimator, agg=self.agg, denom=counts.denom(self.agg),
+                         token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c)
