@@ -28,7 +28,8 @@ from conftest import compose_cfg
 
 from gdro.build import build_trainer
 from gdro.models import ModelSpec, load_model
-from gdro.policy import completion_logprobs, make_token_batch
+from gdro.policy import completion_logprobs
+from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFEngineConfig
