@@ -2,7 +2,7 @@
 
 ``load_benchmark("math500")`` reads ``HuggingFaceH4/MATH-500`` from the hub; ``load_benchmark("math500",
 data_files="math500.jsonl")`` reads a local copy with the same schema (``.json``/``.jsonl``, ``.parquet`` or
-``.csv``). Either way every row becomes a :class:`~gdro.data.synthetic.Problem`:
+``.csv``). Either way every row becomes a :class:`~gdro.interfaces.Problem`:
 
 * **math** benchmarks (and the DAPO training set): ``prompt = question + MATH_SUFFIX`` (the paper's
   "Let's think step by step and output the final answer within \\boxed{}."), ``answer`` = the gold answer
@@ -66,8 +66,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gdro.data.synthetic import Problem
 from gdro.golds import ALT_SEP, GoldTable, prepare_golds
+from gdro.interfaces import Problem
 
 MATH_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 GPQA_TEMPLATE = (
