@@ -215,7 +215,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     k = eval_cfg.k
     reward = plan.parts["reward"]
     for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
-        if table is not None and hasattr(reward, "use_golds"):
+        if table is not None:
             reward.use_golds(table)
     per_bench: dict[str, dict[str, float]] = {}
     samples: list[dict] = []
