@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.models import process_device
 from gdro.rollout.base import RolloutBatch, concat_rollouts
 
 log = logging.getLogger("gdro")
@@ -86,11 +87,7 @@ def env_world_size() -> int:
 
 def place(device: torch.device) -> torch.device:
     """This process's device: under ``torchrun`` on CUDA without an index, its own GPU (``LOCAL_RANK``)."""
-    if env_world_size() > 1 and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
-    return device
+    return process_device(device, env_world_size())
 
 
 def join_before_hydra(argv: list[str]) -> list[str]:
@@ -108,7 +105,7 @@ def join_before_hydra(argv: list[str]) -> list[str]:
     if not torch.distributed.is_initialized():
         torch.distributed.init_process_group(backend=backend)
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        place(torch.device("cuda"))
     box = [datetime.datetime.now()]
     torch.distributed.broadcast_object_list(box, src=0)
     OmegaConf.register_new_resolver("now", lambda pattern: box[0].strftime(pattern), use_cache=True, replace=True)

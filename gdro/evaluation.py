@@ -74,16 +74,15 @@ def evaluate(
 ) -> dict[str, float]:
     """Sample ``cfg.k`` completions for each problem and score them; figures are percentages.
 
-    Scoring uses the reward's evaluation form where it has one (``reward.for_eval()``: the whole completion,
-    not the training reward's window). ``samples``, when given, receives one record per completion (uid,
+    Scoring uses the reward's evaluation form (``reward.for_eval()``; gdro's reads the whole completion, not the
+    training reward's window). ``samples``, when given, receives one record per completion (uid,
     sample index, completion, finished, correct): what ``gdro-rescore`` reads back.
     """
     probs = subset(problems, cfg.max_problems)
     roll = engine.generate(
         [p.prompt for p in probs], [cfg.k] * len(probs), seed=cfg.seed, sampling=cfg.sampling(max_new_tokens)
     )
-    scorer = reward.for_eval() if hasattr(reward, "for_eval") else reward
-    scored = scorer.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+    scored = reward.for_eval().score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
     if samples is not None:
         seen: dict[int, int] = defaultdict(int)
         for i, g in enumerate(roll.group_index.tolist()):

@@ -39,8 +39,9 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
 from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
-from gdro.data.synthetic import CopyTask, Problem
+from gdro.data.synthetic import CopyTask
 from gdro.distributed import Dist
+from gdro.interfaces import Problem
 from gdro.ioerrors import named_io
 from gdro.rollout.base import close_engine
 from gdro.validate import validate_config
@@ -214,7 +215,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     k = eval_cfg.k
     reward = plan.parts["reward"]
     for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
-        if table is not None and hasattr(reward, "use_golds"):
+        if table is not None:
             reward.use_golds(table)
     per_bench: dict[str, dict[str, float]] = {}
     samples: list[dict] = []

@@ -231,11 +231,23 @@ class ProblemSource(Protocol):
 
 @runtime_checkable
 class Reward(Protocol):
-    """Verifiable reward: scores completions against gold answers; never raises on model text."""
+    """Verifiable reward: scores completions against gold answers; never raises on model text.
+
+    ``for_eval`` and ``use_golds`` have default bodies here, which a reward gets by subclassing ``Reward``
+    (``class MyReward(Reward)``); gdro.rewards.MathVerifyReward defines its own.
+    """
 
     def score(self, completions: Sequence[str], golds: Sequence[str], finished: Sequence[bool]) -> RewardBatch: ...
 
     def metrics(self, batch: RewardBatch) -> dict[str, float]: ...
+
+    def for_eval(self) -> Reward:
+        """The reward that held-out evaluation scores with (gdro.evaluation.evaluate); by default this one."""
+        return self
+
+    def use_golds(self, table: Any) -> None:
+        """Take golds a loader prepared once (a gdro.golds.GoldTable), so that scoring parses none; by default
+        ignored (the reward reads each gold as it scores)."""
 
 
 @runtime_checkable

@@ -127,6 +127,16 @@ def resolve_device(setting: str | torch.device) -> torch.device:
     return torch.device(s)
 
 
+def process_device(device: torch.device, processes: int) -> torch.device:
+    """This process's device, made current on CUDA: with several ``processes`` (torchrun, or a submitit job of
+    several tasks), CUDA without an index is the process's own GPU, ``cuda:LOCAL_RANK`` (the one place it is read)."""
+    if processes > 1 and device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    return device
+
+
 def check_placement(threads: int | None, device: str) -> None:
     """The ``threads`` and ``device`` settings every entry point takes, checked one way: threads >= 1 or null, and
     a device this machine has (:func:`resolve_device`). Raises ValueError (or TypeError) naming the key."""

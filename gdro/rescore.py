@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gdro.data.benchmarks import BENCHMARKS, MATH_SUFFIX, DataFileError, load_benchmark, read_json_lines
-from gdro.data.synthetic import Problem
+from gdro.interfaces import Problem
 from gdro.rewards import EVAL_BOXES, MathVerifyReward, RewardConfig
 
 TEXT_KEYS = ("completion", "response")

@@ -42,12 +42,12 @@ from gdro.checkpoint import (
     set_rng_state,
     step_dirname,
 )
-from gdro.data.synthetic import Problem
 from gdro.distributed import Dist
 from gdro.evaluation import EvalConfig, evaluate
 from gdro.interfaces import (
     DifficultyClassifier,
     MetricLogger,
+    Problem,
     PromptPool,
     PromptSampler,
     Reward,

@@ -31,13 +31,12 @@ from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
 from gdro.loss import GRPOLoss
 from gdro.policy import (
-    LOGITS_CHUNK_ELEMENTS,
     Forward,
     OptimConfig,
-    group_micro_batches,
-    micro_batches,
     ppo_update,
 )
+from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS
+from gdro.policy.microbatch import group_micro_batches, micro_batches
 from gdro.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 from gdro.rollout.hf import HFGenerator

@@ -31,13 +31,11 @@ from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     Forward,
     OptimConfig,
-    group_micro_batches,
-    make_packed_batch,
-    make_shared_batch,
-    make_token_batch,
-    micro_batches,
     ppo_update,
 )
+from gdro.policy.layouts import make_shared_batch, make_token_batch
+from gdro.policy.microbatch import group_micro_batches, micro_batches
+from gdro.policy.packing import make_packed_batch
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 

@@ -38,7 +38,7 @@ CONF = Path(__file__).resolve().parent.parent / "conf"
 GB = 1e9
 GPUS = (1, 2, 4, 8)
 CAPACITIES = (80, 141)
-LOGITS_CHUNK = 2**26  # gdro.policy.LOGITS_CHUNK_ELEMENTS (not imported: keeps this script torch-free)
+LOGITS_CHUNK = 2**26  # gdro.policy.kernels.LOGITS_CHUNK_ELEMENTS (not imported: keeps this script torch-free)
 
 
 @dataclass(frozen=True)

@@ -255,6 +255,17 @@ def test_normalize_gold():
         normalize_gold("\\boxed{}")
 
 
+def test_normalize_gold_reads_the_box_the_reward_reads():
+    """One extractor, gdro.rewards.last_boxed: the loader's own (until #29) counted escaped braces, so a box holding
+    ``\\}`` closed early and one holding an unmatched ``\\{`` never closed; no real file has such a gold
+    (tests/test_realdata.py)."""
+    assert normalize_gold("\\boxed{\\}}") == "\\}"  # was "\\"
+    assert normalize_gold("\\boxed{x \\in \\left\\{1\\right.}") == "x \\in \\left\\{1\\right."  # was the whole string
+    assert normalize_gold("\\boxed{\\{1, 2\\}}") == "\\{1, 2\\}"  # balanced escapes: as before
+    assert normalize_gold("\\boxed{1} and \\boxed{2") == "1"  # an unclosed later box is skipped, as before
+    assert normalize_gold("\\boxed{\\boxed{3}}") == "3"  # nested boxes: the inner one, as before
+
+
 def test_data_files_format_errors(tmp_path):
     with pytest.raises(ValueError, match="unsupported"):
         load_benchmark("math500", data_files=str(tmp_path / "x.txt"))

@@ -6,7 +6,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from gdro.data.filtering import _CHUNK, drop_long_prompts, prompt_lengths
-from gdro.data.synthetic import Problem
+from gdro.interfaces import Problem
 from gdro.models import TINY_DIR
 from gdro.prompts import encode_prompts
 

@@ -10,7 +10,7 @@ from hydra import compose, initialize_config_dir
 
 from gdro.build import build_components, build_trainer
 from gdro.evaluator import build_plan
-from gdro.models import resolve_device
+from gdro.models import process_device, resolve_device
 from gdro.trainer import RunConfig
 from gdro.validate import ConfigError
 from tests.conftest import CONF, FAST, compose_cfg
@@ -29,6 +29,20 @@ def test_resolve_device():
     for bad in (0, None):
         with pytest.raises(TypeError, match=r"^device must be one of auto, cpu, cuda or cuda:N"):
             resolve_device(bad)
+
+
+def test_process_device_on_the_cpu_is_the_cpu(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    for processes in (1, 2):
+        assert process_device(torch.device("cpu"), processes) == torch.device("cpu")
+
+
+@pytest.mark.skipif(not CUDA, reason="needs CUDA")
+def test_process_device_under_several_processes_is_its_own_gpu(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert process_device(torch.device("cuda"), 1) == torch.device("cuda")  # one process: as set
+    assert process_device(torch.device("cuda"), 2) == torch.device("cuda", 0)  # cuda:LOCAL_RANK
+    assert torch.cuda.current_device() == 0
 
 
 @no_cuda_only

@@ -18,15 +18,14 @@ import torch
 from gdro.loss import GRPOLoss
 from gdro.models import ModelSpec, load_model
 from gdro.policy import (
-    LOGITS_CHUNK_ELEMENTS,
     Forward,
     OptimConfig,
-    _token_logprobs,
     completion_logprobs,
-    make_token_batch,
-    micro_batches,
     ppo_update,
 )
+from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS, _token_logprobs
+from gdro.policy.layouts import make_token_batch
+from gdro.policy.microbatch import micro_batches
 from gdro.rollout.base import RolloutBatch
 from tests.conftest import REPO
 

@@ -12,8 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 from gdro.build import build_trainer
-from gdro.models import ModelSpec, compute_dtype, load_model
-from gdro.policy import autocast_context, completion_logprobs, make_token_batch
+from gdro.models import ModelSpec, autocast_context, compute_dtype, load_model
+from gdro.policy import completion_logprobs
+from gdro.policy.layouts import make_token_batch
 from gdro.rollout.base import SamplingParams
 from tests.conftest import FAST, compose_cfg
 

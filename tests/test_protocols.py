@@ -11,15 +11,18 @@ from __future__ import annotations
 import inspect
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gdro.build import build_components
+from gdro.golds import GoldTable
 from gdro.interfaces import (
     DifficultyClassifier,
     MetricLogger,
     ProblemSource,
     PromptSampler,
     Reward,
+    RewardBatch,
     RolloutAllocator,
 )
 from gdro.loss import Loss
@@ -115,3 +118,19 @@ def test_conforms_catches_a_component_with_the_old_keyword_update():
 
     assert isinstance(OldStyle(), PromptSampler)  # member presence only: why conforms() exists
     assert conforms(OldStyle(), PromptSampler) == ["update() lacks parameter 'feedback'"]
+
+
+def test_a_reward_that_subclasses_the_protocol_gets_its_default_hooks():
+    class Exact(Reward):
+        def score(self, completions, golds, finished):
+            correct = np.array([c == g for c, g in zip(completions, golds)])
+            return RewardBatch(correct.astype(np.float64), correct, 0, 0, 0, 0)
+
+        def metrics(self, batch):
+            return {}
+
+    reward = Exact()
+    assert isinstance(reward, Reward) and conforms(reward, Reward) == []
+    assert reward.for_eval() is reward  # evaluation scores with the training reward
+    assert reward.use_golds(GoldTable().add(["1/2"])) is None  # prepared golds: taken by no one, harmless
+    assert reward.for_eval().score(["7", "8"], ["7", "7"], [True, True]).correct.tolist() == [True, False]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gdro.data.benchmarks import MATH_SUFFIX, load_benchmark
-from gdro.golds import ALT_SEP
-from gdro.rewards import MathVerifyReward
+from gdro.golds import ALT_SEP, BOXED
+from gdro.rewards import MathVerifyReward, last_boxed
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("GDRO_REALDATA", REPO.parent / "shared" / "realdata"))
@@ -273,7 +273,7 @@ def test_long_golds_are_prepared_without_a_time_bound():
 
 
 def test_golds_math_verify_cannot_read_are_reported_and_compared_as_normalised_text():
-    problems, report = load("olympiadbench.jsonl")
+    _, report = load("olympiadbench.jsonl")
     assert report.golds.text_only == ["t(0,4]"] and "1 compared as normalised text ('t(0,4]')" in report.summary()
     assert verdicts("olympiadbench.jsonl", "t(0,4]", ["t(0,4]", "t (0, 4]", "t(0,5]", "t(0,4)"]) == [
         True, True, False, False]
@@ -287,7 +287,7 @@ def test_golds_math_verify_cannot_read_are_reported_and_compared_as_normalised_t
 
 
 def test_dapo_chat_format_loads_with_defaults():
-    chat, report = load("dapo_math_chat_sample.jsonl")
+    chat, _ = load("dapo_math_chat_sample.jsonl")
     rows = [json.loads(line) for line in (REALDATA / "dapo_math_chat_sample.jsonl").read_text().splitlines()]
     for p, row in zip(chat, rows):
         (user,) = [m["content"] for m in row["prompt"] if m["role"] == "user"]
@@ -340,9 +340,45 @@ def test_gpqa_keeps_rows_whose_correct_option_is_unique():
     assert f"{repeated.answer}: Argon" in repeated.prompt
 
 
+def _former_last_boxed(text: str) -> str | None:
+    """The loader's own extractor until #29, kept as the reference: the last ``\\boxed{`` whose braces balance,
+    counting every brace (escaped ones too)."""
+    start = text.rfind(BOXED)
+    while start != -1:
+        depth, i = 1, start + len(BOXED)
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            return text[start + len(BOXED) : i - 1]
+        start = text.rfind(BOXED, 0, start)
+    return None
+
+
+def _strings(value) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return [s for v in items for s in _strings(v)]
+
+
+def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
+    """The loader reads a gold's box with the reward's extractor (gdro.rewards.last_boxed) since #29. On every string
+    of every real file that holds a box (answers, and the solutions ``solution_key`` reads), both read the same, so
+    no loaded gold changed (tests/test_benchmarks.py shows where the two differ: escaped braces)."""
+    boxes = 0
+    for path in sorted(REALDATA.glob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            for text in _strings(json.loads(line)) if line.strip() else []:
+                if BOXED in text:
+                    boxes += 1
+                    assert last_boxed(text) == _former_last_boxed(text), (path.name, text[-300:])
+    assert boxes > 900
+
+
 def _rescore(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gdro.rescore", *args], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "gdro.rescore", *args], check=False, capture_output=True, text=True,
+                          cwd=REPO, timeout=300)
 
 
 def test_rescoring_stored_completions(tmp_path):

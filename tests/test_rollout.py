@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from gdro.models import ModelSpec, load_model
-from gdro.policy import completion_logprobs, make_token_batch
+from gdro.policy import completion_logprobs
+from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
 from gdro.rollout.base import SamplingParams, expand_groups
 from gdro.rollout.hf import HFEngineConfig, HFGenerator, sampled_logprobs

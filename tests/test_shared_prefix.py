@@ -23,19 +23,13 @@ from gdro.models import ModelSpec, load_model
 from gdro.policy import (
     Forward,
     OptimConfig,
-    caches_dropped,
     completion_logprobs,
-    group_micro_batches,
-    make_packed_batch,
-    make_shared_batch,
-    make_token_batch,
-    micro_batches,
-    packable,
-    packed_logprobs,
     ppo_update,
-    shared_prefix_logprobs,
 )
 from gdro.policy import forward as policy_forward
+from gdro.policy.layouts import caches_dropped, make_shared_batch, make_token_batch, shared_prefix_logprobs
+from gdro.policy.microbatch import group_micro_batches, micro_batches
+from gdro.policy.packing import make_packed_batch, packable, packed_logprobs
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 

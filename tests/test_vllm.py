@@ -28,7 +28,8 @@ from conftest import compose_cfg
 
 from gdro.build import build_trainer
 from gdro.models import ModelSpec, load_model
-from gdro.policy import completion_logprobs, make_token_batch
+from gdro.policy import completion_logprobs
+from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFEngineConfig
@@ -228,7 +229,7 @@ def test_two_processes_with_vllm_engines_match_one_process_sampling_the_same_sha
         launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
                   if procs > 1 else [sys.executable])
         cmd = [*launch, "-m", "gdro.cli", *COMMON, "rollout=vllm", "steps=3", f"hydra.run.dir={run_dir}"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900,
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=900,
                               env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
         assert proc.returncode == 0, proc.stderr[-4000:]
 
@@ -266,7 +267,7 @@ def test_a_multirun_of_vllm_jobs_in_one_torchrun_completes_every_job(tmp_path: P
            "-m", *[o for o in COMMON if not o.startswith("checkpoint.")], "rollout=vllm", "steps=1", "seed=0,1,2",
            f"hydra.sweep.dir={sweep}"]
     # ~40 s here when every job finishes; the hang it guards against never ends
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=400,
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=400,
                           env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert proc.returncode == 0, proc.stderr[-4000:]
     for job in ("0", "1", "2"):
@@ -297,6 +298,6 @@ assert tdist.is_initialized(), "the run's process group was destroyed"
 tdist.barrier()
 print("GROUP-KEPT")
 """
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path, timeout=600,
-                          env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
+    proc = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, cwd=tmp_path,
+                          timeout=600, env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
     assert proc.returncode == 0 and "GROUP-KEPT" in proc.stdout, proc.stderr[-4000:]

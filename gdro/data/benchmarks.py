@@ -2,7 +2,7 @@
 
 ``load_benchmark("math500")`` reads ``HuggingFaceH4/MATH-500`` from the hub; ``load_benchmark("math500",
 data_files="math500.jsonl")`` reads a local copy with the same schema (``.json``/``.jsonl``, ``.parquet`` or
-``.csv``). Either way every row becomes a :class:`~gdro.data.synthetic.Problem`:
+``.csv``). Either way every row becomes a :class:`~gdro.interfaces.Problem`:
 
 * **math** benchmarks (and the DAPO training set): ``prompt = question + MATH_SUFFIX`` (the paper's
   "Let's think step by step and output the final answer within \\boxed{}."), ``answer`` = the gold answer
@@ -66,8 +66,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gdro.data.synthetic import Problem
-from gdro.golds import ALT_SEP, GoldTable, prepare_golds
+from gdro.golds import ALT_SEP, BOXED, GoldTable, prepare_golds
+from gdro.interfaces import Problem
+from gdro.rewards import last_boxed
 
 MATH_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 GPQA_TEMPLATE = (
@@ -312,30 +313,14 @@ def _text(value: Any, what: str) -> str:
     return value
 
 
-_BOXED = "\\boxed{"
-
-
-def _last_boxed(text: str) -> str | None:
-    """The content of the last complete ``\\boxed{...}`` (braces balanced), or ``None``."""
-    start = text.rfind(_BOXED)
-    while start != -1:
-        depth, i = 1, start + len(_BOXED)
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            return text[start + len(_BOXED) : i - 1]
-        start = text.rfind(_BOXED, 0, start)
-    return None
-
-
 _DOLLARS = re.compile(r"^\$+(.*?)\$+$", re.DOTALL)
 
 
 def normalize_gold(value: Any, list_answers: Literal["all", "any"] = "all") -> str:
     """A gold answer as a math-verify gold string, or :class:`MalformedRow`.
 
-    Strings: the content of the last ``\\boxed{}`` if there is one, then surrounding ``$...$`` removed.
+    Strings: the content of the last ``\\boxed{}`` if there is one (:func:`gdro.rewards.last_boxed`, as the reward
+    reads a completion's), then surrounding ``$...$`` removed.
     Integers (MathArena stores AIME answers as int64) and finite floats (integral ones without ``.0``) are
     formatted. A list of strings (OlympiadBench ``final_answer``) is joined with ``", "`` as the parts of one
     answer (``list_answers="all"``) or with :data:`gdro.golds.ALT_SEP` as alternatives (``"any"``). Anything
@@ -359,7 +344,7 @@ def normalize_gold(value: Any, list_answers: Literal["all", "any"] = "all") -> s
     if not isinstance(value, str):
         raise MalformedRow("non-string answer")
     text = value.strip()
-    boxed = _last_boxed(text)
+    boxed = last_boxed(text)
     if boxed is not None:
         text = boxed.strip()
     match = _DOLLARS.match(text)
@@ -402,7 +387,7 @@ def _gold(row: Mapping[str, Any], spec: BenchmarkSpec) -> str:
     value = _first(row, spec.answer_keys)
     if value is None and spec.solution_key is not None:
         solution = _get(row, spec.solution_key)
-        boxed = _last_boxed(solution) if isinstance(solution, str) else None
+        boxed = last_boxed(solution) if isinstance(solution, str) else None
         if boxed is None:
             raise MalformedRow(f"no \\boxed{{}} in {spec.solution_key}")
         value = boxed
@@ -422,7 +407,7 @@ def _answer_hint(row: Mapping[str, Any], spec: BenchmarkSpec) -> str:
     if any(key.split(".")[0] in row for key in spec.answer_keys):
         return ""  # the column is there, empty in this row
     tried = ", ".join(spec.answer_keys)
-    boxed = [k for k, v in row.items() if isinstance(v, str) and _BOXED in v and k not in spec.question_keys]
+    boxed = [k for k, v in row.items() if isinstance(v, str) and BOXED in v and k not in spec.question_keys]
     if boxed and spec.solution_key is None:
         return f" (no column {tried}; {boxed[0]!r} holds a \\boxed{{}}: solution_key={boxed[0]} takes its last one)"
     return f" (no column {tried}; columns: {', '.join(map(str, row))}; set answer_keys)"

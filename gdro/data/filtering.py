@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gdro.data.synthetic import Problem
+from gdro.interfaces import Problem
 from gdro.prompts import encode_prompts
 
 _CHUNK = 1024  # prompts tokenised per call: bounds the memory of one batch of token ids

@@ -14,7 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from gdro.data.benchmarks import BENCHMARKS, DataFileError, load_benchmark
-from gdro.data.synthetic import Problem
+from gdro.interfaces import Problem
 
 log = logging.getLogger(__name__)
 

@@ -8,42 +8,9 @@
 - ``microbatch``: cutting rows into micro-batches, by rows or tokens, in whole groups.
 """
 
-from gdro.models import autocast_context
 from gdro.policy.config import OptimConfig
-from gdro.policy.forward import Forward, Plan
-from gdro.policy.kernels import (
-    LOGITS_CHUNK_ELEMENTS,
-    SPLIT_HEAD_MODEL_TYPES,
-    _token_logprobs,
-    chunked_token_logprobs,
-    completion_token_logprobs,
-    split_head,
-)
-from gdro.policy.layouts import (
-    SharedTokenBatch,
-    TokenBatch,
-    caches_dropped,
-    completion_logprobs,
-    make_shared_batch,
-    make_token_batch,
-    shared_prefix_logprobs,
-)
-from gdro.policy.microbatch import group_micro_batches, micro_batches
-from gdro.policy.packing import (
-    PACK_ATTENTION,
-    PACK_MASK_ELEMENTS,
-    PackedBatch,
-    make_packed_batch,
-    packable,
-    packed_logprobs,
-)
-from gdro.policy.update import ResponseLosses, ppo_update
+from gdro.policy.forward import Forward
+from gdro.policy.layouts import completion_logprobs
+from gdro.policy.update import ppo_update
 
-__all__ = [
-    "LOGITS_CHUNK_ELEMENTS", "PACK_ATTENTION", "PACK_MASK_ELEMENTS", "SPLIT_HEAD_MODEL_TYPES", "Forward",
-    "OptimConfig", "PackedBatch", "Plan", "ResponseLosses", "SharedTokenBatch", "TokenBatch", "_token_logprobs",
-    "autocast_context", "caches_dropped", "chunked_token_logprobs", "completion_logprobs",
-    "completion_token_logprobs", "group_micro_batches", "make_packed_batch", "make_shared_batch",
-    "make_token_batch", "micro_batches", "packable", "packed_logprobs", "ppo_update", "shared_prefix_logprobs",
-    "split_head",
-]
+__all__ = ["Forward", "OptimConfig", "completion_logprobs", "ppo_update"]

@@ -276,9 +276,11 @@ def _per_process_engine() -> dict[str, Any]:
     processes). One process: nothing changes."""
     import torch.distributed as tdist
 
+    from gdro.models import process_device
+
     if not (tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1):
         return {}
-    torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    process_device(torch.device("cuda"), tdist.get_world_size())
     return {"distributed_executor_backend": "external_launcher", "tensor_parallel_size": 1}
 
 
