@@ -27,13 +27,12 @@ import os
 import pickle
 import re
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 from gdro.ioerrors import named_io
@@ -280,60 +279,3 @@ def load_checkpoint(ckpt: str | Path, names: tuple[str, ...]) -> dict[str, Any]:
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # truncated, damaged, missing
             raise CheckpointError(ckpt, f"{n}.pt", err) from err
     return out
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# RNG streams
-# ---------------------------------------------------------------------------------------------------------------
-def rng_state(generators: Mapping[str, np.random.Generator]) -> dict[str, Any]:
-    """Every RNG stream of the process that training draws from: named numpy generators, torch CPU and CUDA."""
-    state: dict[str, Any] = {"numpy": {k: g.bit_generator.state for k, g in generators.items()},
-                             "torch": torch.get_rng_state()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def set_rng_state(state: Mapping[str, Any], generators: Mapping[str, np.random.Generator]) -> None:
-    for k, g in generators.items():
-        g.bit_generator.state = state["numpy"][k]
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Config comparison on resume
-# ---------------------------------------------------------------------------------------------------------------
-def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(node, Mapping):
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            out |= _flatten(v, f"{prefix}{k}.")
-        return out or {prefix.rstrip("."): {}}
-    return {prefix.rstrip("."): node}
-
-
-def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *, ignore: tuple[str, ...] = ("steps",),
-                       is_default: Callable[[str, Any], bool] | None = None) -> list[str]:
-    """``key: old -> new`` for every dotted key whose value differs (keys in ``ignore`` excepted).
-
-    A key the old config lacks (added to gdro since the checkpoint was written) is no difference when
-    ``is_default(key, new_value)`` says its value is the component's default, i.e. the old behaviour.
-    """
-    a, b = _flatten(old), _flatten(new)
-    missing = object()
-
-    def fmt(v: Any) -> str:
-        return "<absent>" if v is missing else json.dumps(v, default=str)
-
-    diffs = []
-    for key in sorted(set(a) | set(b)):
-        if key in ignore:
-            continue
-        va, vb = a.get(key, missing), b.get(key, missing)
-        if va is missing and vb is not missing and is_default is not None and is_default(key, vb):
-            continue
-        if va != vb:
-            diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")
-    return diffs

@@ -7,14 +7,13 @@ if __name__ == "__main__":  # `python -m gdro.cli` (torchrun, tests): a Ctrl-C f
 
     interrupt_at_once("gdro-train")
 
-import difflib
 import gc
 import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
@@ -25,10 +24,20 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's statuses, named here as before)
+    CONF_DIR,
+    EXIT_IN_USE,
+    EXIT_IO_ERROR,
+    UserExit,
+    errors_kept,
+    planned_run_dir,
+    precheck,
+    user_errors,
+)
+
 if TYPE_CHECKING:
     from gdro.rundir import RunDirLock
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro")
 
 
@@ -37,22 +46,19 @@ def _train(cfg: DictConfig) -> float | None:
     hc = HydraConfig.get()
     if hc.mode != RunMode.MULTIRUN or SWEEP_REPORT_ENV not in os.environ:
         return _job(cfg)
-    global _sweep_job  # one job at a time in this process (Hydra's launchers run them in turn)
-    _sweep_job = True
-    try:
-        return _job(cfg)
-    except UserExit as err:  # a user error of this job (a held run dir, say): reported at the sweep's end
-        _record_failed_job(hc, err)
-        _detach_log_file(Path(hc.runtime.output_dir))  # what the launcher logs next stays out of that dir
-        return None
-    finally:
-        _sweep_job = False
+    with errors_kept():  # one job at a time in this process (Hydra's launchers run them in turn)
+        try:
+            return _job(cfg)
+        except UserExit as err:  # a user error of this job (a held run dir, say): reported at the sweep's end
+            _record_failed_job(hc, err)
+            _detach_log_file(Path(hc.runtime.output_dir))  # what the launcher logs next stays out of that dir
+            return None
 
 
 def _job(cfg: DictConfig) -> float | None:
     from gdro.build import build_trainer
     from gdro.rollout.base import close_engine
-    from gdro.trainer import Interrupted, StopRequest
+    from gdro.run import Interrupted, StopRequest
 
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
@@ -68,21 +74,21 @@ def _job(cfg: DictConfig) -> float | None:
             _save_hydra_files(cfg, run_dir)  # Hydra's own (conf/train.yaml: output_subdir null), now that we own it
             if lock.takeover():
                 log.warning("%s", lock.takeover())
-        trainer = build_trainer(cfg, run_dir, choices=choices)
-        trainer.stop = stop
+        training = build_trainer(cfg, run_dir, choices=choices)  # the algorithm (.trainer) in its lifecycle (.run)
+        training.run.stop = stop
         # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
         # scans (measured on the toy: GC time 0.48 -> 0.14 s per 25 steps)
         gc.freeze()
         try:
-            rows = trainer.fit()
+            rows = training.run.fit(training.trainer)
         except Interrupted as err:
             print(f"gdro-train: {err}; run the same command again to resume", file=sys.stderr)
             sys.exit(128 + err.signum)
         except KeyboardInterrupt:  # a second Ctrl-C: fit() marked run.json interrupted; stop now (no W&B finish)
             _stop_now(lock, "at once by a second Ctrl-C (the run is marked interrupted)")
         finally:
-            trainer.logger.close()
-            close_engine(trainer.engine)  # vLLM: shut down here, not whenever the collector gets to it
+            training.run.logger.close()
+            close_engine(training.trainer.engine)  # vLLM: shut down here, not whenever the collector gets to it
     evals = [r for r in rows if any(k.startswith("eval/mean@") for k in r)]
     if evals:
         key = next(k for k in evals[-1] if k.startswith("eval/mean@") and "/level_" not in k)
@@ -112,7 +118,6 @@ def _save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
 
 # ------------------------------------------------------------------------------ a sweep runs every job it can
 SWEEP_REPORT_ENV = "GDRO_SWEEP_REPORT"  # set for a sweep's jobs: the file where a job that failed says so
-_sweep_job = False  # while a sweep job runs in this process: its user error is reported at the end, not printed
 _sweep_failures: list[dict] = []  # what the sweep's jobs reported (read by train() once the sweep has ended)
 
 
@@ -236,17 +241,6 @@ def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
         yield
 
 
-def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
-    """The run dir Hydra will make for a single run of ``cfg`` (composed with its ``hydra`` node), and whether its
-    pattern holds ``${now:...}`` (then Hydra's own resolution, a moment later, may differ)."""
-    HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` in the dir's pattern
-    try:
-        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
-    finally:
-        HydraConfig.instance().cfg = None
-    return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
-
-
 def _stop_now(lock: RunDirLock | None, how: str) -> NoReturn:
     """A Ctrl-C that must stop now: one line, then exit at once (130) -- no W&B finish, no teardown that another
     Ctrl-C could turn into a traceback."""
@@ -263,111 +257,6 @@ def _check_train(cfg: DictConfig) -> None:
     from gdro.build import build_components
 
     build_components(cfg)  # every key, type, range and cross-field rule; loads nothing
-
-
-# ------------------------------------------------------------------------------------------ user errors: one line
-EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status for a usage error)
-EXIT_IO_ERROR = 74  # the disk is full, a path is not writable, a file is unreadable (sysexits EX_IOERR)
-EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
-MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still checks its own config)
-
-
-def _user_error_types() -> tuple[type[BaseException], ...]:
-    from gdro.build import ConfigError
-    from gdro.checkpoint import CheckpointError
-    from gdro.models import ModelUnavailableError
-
-    return (ConfigError, CheckpointError, ModelUnavailableError)
-
-
-class UserExit(SystemExit):
-    """The exit of a user error (``code``: its status), after its one ``line`` was printed (or, in a sweep's job,
-    kept for the sweep's report: :class:`SweepReport`)."""
-
-    def __init__(self, line: str, status: int):
-        super().__init__(status)
-        self.line = line
-
-
-def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:
-    """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
-    if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
-        raise err
-    from gdro.ioerrors import one_line
-
-    if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
-        label = getattr(err, "label", "error")
-    line = f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}"
-    if not _sweep_job:
-        print(line, file=sys.stderr)
-    raise UserExit(line, status)
-
-
-@contextmanager
-def user_errors() -> Iterator[None]:
-    """A user error raised inside becomes one line on stderr and a non-zero exit: a ConfigError or an unloadable
-    model (2), another process holding the run dir (75), a full disk or an unwritable or unreadable path (74).
-
-    Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
-    printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
-    """
-    from gdro.ioerrors import is_environment_error
-    from gdro.rundir import RunDirLocked
-
-    try:
-        yield
-    except (KeyboardInterrupt, SystemExit):  # first: the clauses below import gdro.build (torch), which a Ctrl-C
-        raise  #                                 may have cut in half
-    except _user_error_types() as err:
-        fail(err)
-    except RunDirLocked as err:
-        fail(err, status=EXIT_IN_USE)
-    except OSError as err:
-        if not is_environment_error(err):
-            raise
-        fail(err, status=EXIT_IO_ERROR)
-
-
-def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None]) -> str:
-    """One line for an error Hydra raises while composing (its own messages span several lines)."""
-    from hydra.errors import MissingConfigException, OverrideParseException
-    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
-
-    cause = err.__cause__
-    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options is not None:
-        group, _, option = err.missing_cfg_file.rpartition("/")
-        return f"{group}={option}: no such option (available: {', '.join(err.options)})"
-    if isinstance(err, OverrideParseException):
-        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
-    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
-        # `key=value` for a key that is not there (Hydra: "Could not override"; `+key=value` reaches the validator)
-        key = str(cause.full_key)
-        parent, _, name = key.rpartition(".")
-        cfg = compose_without(key)
-        node = OmegaConf.select(cfg, parent) if cfg is not None and parent else cfg
-        valid = [str(k) for k in node if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
-        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-        return f"unknown key '{key}'" + (f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else "")
-    key = getattr(err, "full_key", None)
-    return f"{key}: {err}" if key else str(err)
-
-
-def _sweep_jobs(overrides: list[str]) -> list[list[str]] | None:
-    """The override lists to check for ``-m``: the first job, and each other swept value once (None: can't tell)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
-    try:
-        parsed = OverridesParser.create().parse_overrides(overrides)
-        choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
-                   else [str(o.input_line)] for o in parsed]
-    except HydraException:
-        return None  # e.g. an interval sweep for an optimiser plugin: left to Hydra and the job's own check
-    first = [c[0] for c in choices]
-    jobs = [first]
-    for i, values in enumerate(choices):
-        jobs += [[*first[:i], v, *first[i + 1:]] for v in values[1:]]
-    return jobs[:MAX_PRECHECKED_JOBS]
 
 
 def sweep_safe(argv: list[str], config_name: str) -> list[str]:
@@ -417,59 +306,6 @@ def sweep_safe(argv: list[str], config_name: str) -> list[str]:
 _MISSING = object()
 
 
-def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], object]) -> DictConfig | None:
-    """Compose the config exactly as the job will get it and ``check`` it; a user error exits here.
-
-    Returns the composed config (with its ``hydra`` node) of a single run; None for a sweep or when nothing was
-    checked.
-
-    Runs before Hydra starts the job (no run dir, no logging set-up, no model): a bad override, an unknown key or
-    option, a wrong type or range is one line on stderr and exit status 2. Hydra's informational flags (--help,
-    --cfg, --info, ...) and custom config locations (--config-path/-dir/-name) go to Hydra unchecked.
-    """
-    from hydra import compose, initialize_config_dir
-    from hydra._internal.utils import get_args_parser
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    args, unknown = get_args_parser().parse_known_args(argv)
-    if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or \
-            args.config_path or args.config_dir or args.config_name or args.experimental_rerun:
-        return None
-    overrides = list(args.overrides)
-    multirun = args.multirun or any(o.replace(" ", "") in ("hydra.mode=MULTIRUN", "++hydra.mode=MULTIRUN")
-                                    for o in overrides)
-    jobs = _sweep_jobs(overrides) if multirun else [overrides]
-    if jobs is None:
-        return None
-
-    def compose_job(job: list[str]) -> DictConfig:
-        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="cli"):
-            return compose(config_name=config_name, overrides=job, return_hydra_config=True)
-
-    def compose_without(job: list[str]) -> Callable[[str], DictConfig | None]:
-        def without(key: str) -> DictConfig | None:
-            rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
-            try:
-                return compose_job(rest)
-            except (HydraException, OmegaConfBaseException):
-                return None
-        return without
-
-    for job in jobs:
-        try:
-            cfg = compose_job(job)
-        except (HydraException, OmegaConfBaseException) as err:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            fail(_hydra_error_line(err, compose_without(job)))
-        HydraConfig.instance().set_config(cfg)  # `${hydra:...}` resolves as it will in the job
-        try:
-            with user_errors():
-                check(cfg)
-        finally:
-            HydraConfig.instance().cfg = None  # Hydra sets it again for the job
-    return None if multirun else cfg
 
 
 if __name__ == "__main__":

@@ -36,8 +36,8 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
+from gdro.app import CONF_DIR, planned_run_dir, precheck, user_errors
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
-from gdro.cli import planned_run_dir, precheck, user_errors
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask
 from gdro.distributed import Dist
@@ -46,7 +46,6 @@ from gdro.ioerrors import named_io
 from gdro.rollout.base import close_engine
 from gdro.validate import validate_config
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 log = logging.getLogger("gdro.eval")
 
 TOY = "toy_copy"
@@ -294,7 +293,7 @@ def _suite_alias(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console script ``gdro-eval``: a user error (bad key, value, benchmark, checkpoint, output) is one line on
-    stderr with a non-zero exit (gdro.cli.user_errors)."""
+    stderr with a non-zero exit (gdro.app.user_errors)."""
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     sys.argv[1:] = _suite_alias(sys.argv[1:])
     cfg = precheck(sys.argv[1:], "eval_app", _check)

@@ -15,7 +15,7 @@ its group's Protocol. See ``docs/extending.md``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -259,3 +259,24 @@ class MetricLogger(Protocol):
     def position(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+# ---------------------------------------------------------------------------------------------- what a step reads
+@dataclass
+class Controllers:
+    """The step's controllers, in the order they observe it and report (iterating yields them in that order)."""
+
+    sampler: PromptSampler
+    allocator: RolloutAllocator
+    classifier: DifficultyClassifier
+
+    def __iter__(self) -> Iterator[PromptSampler | RolloutAllocator | DifficultyClassifier]:
+        return iter((self.sampler, self.allocator, self.classifier))
+
+
+@dataclass(frozen=True)
+class Problems:
+    """A run's problems: the training pool, and the held-out split of its periodic evaluation."""
+
+    train: Sequence[Problem]
+    test: Sequence[Problem]

@@ -17,10 +17,14 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from gdro.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
+
+if TYPE_CHECKING:
+    from gdro.rollout.base import Generator
 
 TINY_DIR = Path(__file__).parent / "assets" / "tiny-copy"
 
@@ -417,3 +421,14 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     setattr(model, COMPUTE_DTYPE_ATTR, spec.torch_dtype)
     return model.to(target).eval(), tokenizer
+
+
+@dataclass
+class Policy:
+    """The model a run trains (or an evaluation samples from), its tokenizer, its rollout engine and, for a KL term,
+    its frozen reference (gdro.build.make_policy)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    engine: Generator
+    reference: torch.nn.Module | None = None

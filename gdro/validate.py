@@ -24,7 +24,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -300,6 +300,11 @@ def field_default(target: Callable[..., Any], name: str) -> Any:
                 if dataclasses.is_dataclass(a) and isinstance(a, type):
                     return field_default(a, name)
     return dataclasses.MISSING
+
+
+def component_class(node: Mapping[str, Any], key: str) -> Callable[..., Any]:
+    """The component a group node names by its ``_target_`` (the node composed, or resolved to plain values)."""
+    return _locate(node.get("_target_"), key)
 
 
 def node_schema(node: Any, key: str) -> tuple[Callable[..., Any], Schema]:

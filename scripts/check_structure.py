@@ -1,11 +1,15 @@
-"""Structural checks of gdro/ measured from the files (issue 21): function lengths, the two central functions, and
-imports that go up a floor. Exit status 1 when a limit is broken.
+"""Structural checks of gdro/ measured from the files (issues 21, 29): function lengths, the central functions,
+imports that go up a floor, the algorithm's size (gdro/trainer.py's lines, ``Trainer``'s fields) and the run's
+lifecycle kept in one module. Exit status 1 when a limit is broken.
 
-    python scripts/check_structure.py            # longest functions, Trainer._fit, ppo_update, upward imports
+    python scripts/check_structure.py            # longest functions, Run._fit, ppo_update, upward imports, ...
     python scripts/check_structure.py --top 20   # more of the longest functions
 
 A function's length is ``end_lineno - lineno + 1`` of its ``def`` (decorators excluded, docstring included). The
-floors are those of docs/architecture.md: a module may import only from its own floor or below.
+floors are those of docs/architecture.md: a module may import only from its own floor or below. A field of
+``Trainer`` is an annotated name in its class body (a dataclass field). The lifecycle -- what writes the run dir:
+checkpoints, the lock's checks, run.json -- lives in gdro/run.py: elsewhere gdro.checkpoint and gdro.rundir are
+imported only for their configs, their error types, and (the entry point, before Hydra starts) the lock's holding.
 """
 
 from __future__ import annotations
@@ -18,18 +22,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gdro"
 MAX_FUNCTION = 80
-CENTRAL = {("gdro/trainer.py", "Trainer._fit"): 60, ("gdro/policy/update.py", "ppo_update"): 60}
+CENTRAL = {("gdro/run.py", "Run._fit"): 60, ("gdro/trainer.py", "Trainer._step"): 60,
+           ("gdro/policy/update.py", "ppo_update"): 60}
+TRAINER, MAX_TRAINER_LINES, MAX_TRAINER_FIELDS = "gdro/trainer.py", 250, 12
+LIFECYCLE = "gdro/run.py"  # the one module that writes the run dir through gdro.checkpoint and gdro.rundir
+LIFECYCLE_MODULES = ("gdro.checkpoint", "gdro.rundir")
+LIFECYCLE_ELSEWHERE = {"CheckpointConfig", "LockConfig", "CheckpointError", "RunDirLocked", "RunDirLock", "hold"}
 
 # docs/architecture.md, "Layers": each module's floor (a package's modules share its floor unless listed)
 FLOORS = {
-    0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate"],  # records, contracts, math
+    0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate",  # records, contracts,
+        "seeding"],  # math, seeds
     1: ["difficulty", "samplers", "allocators", "oracle"],  # stateful controllers
     2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint", "ioerrors", "rundir"],  # I/O without a model
     3: ["models", "tiny", "qwen3", "rollout", "evaluation"],  # models and rollout engines
     4: ["distributed", "policy"],  # the execution layer: how a step runs
-    5: ["trainer"],  # the loop
+    5: ["trainer", "run"],  # the loop: the algorithm (trainer) and its lifecycle (run)
     6: ["build"],  # the composition root
-    7: ["cli", "entry", "evaluator", "report", "rescore", "paper_table"],  # entry points
+    7: ["cli", "entry", "app", "evaluator", "report", "rescore", "paper_table"],  # entry points
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 
@@ -61,15 +71,44 @@ def imports(tree: ast.AST):
                 yield node.lineno, alias.name
 
 
+def lifecycle_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, what) for each import of the lifecycle's writers: a name of gdro.checkpoint or gdro.rundir beyond
+    :data:`LIFECYCLE_ELSEWHERE`, or either module as a whole."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in LIFECYCLE_MODULES:
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if a.name not in LIFECYCLE_ELSEWHERE]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "gdro":
+            found += [(node.lineno, f"gdro.{a.name}") for a in node.names if f"gdro.{a.name}" in LIFECYCLE_MODULES]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names if a.name in LIFECYCLE_MODULES]
+    return found
+
+
+def dataclass_fields(tree: ast.AST, cls: str) -> list[str]:
+    """The annotated names in class ``cls``'s body (its dataclass fields; ``ClassVar`` ones excepted)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls:
+            return [n.target.id for n in node.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+                    and "ClassVar" not in ast.unparse(n.annotation)]
+    return []
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=8, help="how many of the longest functions to list")
     args = ap.parse_args()
-    lengths, upward, unplaced = [], [], []
+    lengths, upward, unplaced, lifecycle = [], [], [], []
+    trainer_lines, trainer_fields = 0, []
     for path in sorted(PKG.rglob("*.py")):
         rel, mod = path.relative_to(ROOT).as_posix(), module_name(path)
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text)
         lengths += [(n, rel, name) for name, n in functions(tree)]
+        if rel == TRAINER:
+            trainer_lines, trainer_fields = len(text.splitlines()), dataclass_fields(tree, "Trainer")
+        if rel != LIFECYCLE and mod not in LIFECYCLE_MODULES:
+            lifecycle += [f"{rel}:{line} imports {what}" for line, what in lifecycle_imports(tree)]
         mine = floor(mod)
         if mine is None and mod != "gdro":
             unplaced.append(rel)
@@ -89,6 +128,13 @@ def main() -> int:
         n = next((n for n, r, f in lengths if r == rel and f == name), None)
         print(f"{rel}:{name}: {n} lines (limit {limit})")
         failed |= n is None or n > limit
+    print(f"{TRAINER}: {trainer_lines} lines (limit {MAX_TRAINER_LINES}); Trainer: {len(trainer_fields)} fields "
+          f"(limit {MAX_TRAINER_FIELDS}): {', '.join(trainer_fields)}")
+    failed |= trainer_lines > MAX_TRAINER_LINES or len(trainer_fields) > MAX_TRAINER_FIELDS or not trainer_fields
+    print(f"lifecycle imports outside {LIFECYCLE}: {len(lifecycle)}")
+    for u in lifecycle:
+        print("  " + u)
+    failed |= bool(lifecycle)
     print(f"imports from a higher floor: {len(upward)}")
     for u in upward:
         print("  " + u)

@@ -1,0 +1,200 @@
+"""What the entry points share (``gdro-train``: gdro.cli, ``gdro-eval``: gdro.evaluator): a config composed and
+checked before Hydra starts (:func:`precheck`), the run dir Hydra will make (:func:`planned_run_dir`), and a user
+error as one line on stderr with its exit status (:func:`user_errors`, :func:`fail`)."""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import NoReturn
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+
+EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status for a usage error)
+EXIT_IO_ERROR = 74  # the disk is full, a path is not writable, a file is unreadable (sysexits EX_IOERR)
+EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
+MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still checks its own config)
+_kept = False  # while a sweep's job runs in this process: its user error is kept for the sweep's report, not printed
+
+
+@contextmanager
+def errors_kept() -> Iterator[None]:
+    """While the body runs (a sweep's job), :func:`fail` prints nothing: the :class:`UserExit` it raises carries the
+    line, for the sweep to report once every job has run (gdro.cli.SweepReport)."""
+    global _kept
+    _kept = True
+    try:
+        yield
+    finally:
+        _kept = False
+
+
+def _user_error_types() -> tuple[type[BaseException], ...]:
+    from gdro.build import ConfigError
+    from gdro.checkpoint import CheckpointError
+    from gdro.models import ModelUnavailableError
+
+    return (ConfigError, CheckpointError, ModelUnavailableError)
+
+
+class UserExit(SystemExit):
+    """The exit of a user error (``code``: its status), after its one ``line`` was printed (or, in a sweep's job,
+    kept for the sweep's report: :func:`errors_kept`, gdro.cli.SweepReport)."""
+
+    def __init__(self, line: str, status: int):
+        super().__init__(status)
+        self.line = line
+
+
+def fail(err: BaseException | str, label: str = "config error", status: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
+    if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
+        raise err
+    from gdro.ioerrors import one_line
+
+    if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
+        label = getattr(err, "label", "error")
+    line = f"{label}: {one_line(err) if isinstance(err, BaseException) else ' '.join(err.split())}"
+    if not _kept:
+        print(line, file=sys.stderr)
+    raise UserExit(line, status)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """A user error raised inside becomes one line on stderr and a non-zero exit: a ConfigError or an unloadable
+    model (2), another process holding the run dir (75), a full disk or an unwritable or unreadable path (74).
+
+    Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
+    printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
+    """
+    from gdro.ioerrors import is_environment_error
+    from gdro.rundir import RunDirLocked
+
+    try:
+        yield
+    except (KeyboardInterrupt, SystemExit):  # first: the clauses below import gdro.build (torch), which a Ctrl-C
+        raise  #                                 may have cut in half
+    except _user_error_types() as err:
+        fail(err)
+    except RunDirLocked as err:
+        fail(err, status=EXIT_IN_USE)
+    except OSError as err:
+        if not is_environment_error(err):
+            raise
+        fail(err, status=EXIT_IO_ERROR)
+
+
+def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None]) -> str:
+    """One line for an error Hydra raises while composing (its own messages span several lines)."""
+    from hydra.errors import MissingConfigException, OverrideParseException
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    cause = err.__cause__
+    if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options is not None:
+        group, _, option = err.missing_cfg_file.rpartition("/")
+        return f"{group}={option}: no such option (available: {', '.join(err.options)})"
+    if isinstance(err, OverrideParseException):
+        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
+    if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
+        # `key=value` for a key that is not there (Hydra: "Could not override"; `+key=value` reaches the validator)
+        key = str(cause.full_key)
+        parent, _, name = key.rpartition(".")
+        cfg = compose_without(key)
+        node = OmegaConf.select(cfg, parent) if cfg is not None and parent else cfg
+        valid = [str(k) for k in node if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
+        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+        return f"unknown key '{key}'" + (f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else "")
+    key = getattr(err, "full_key", None)
+    return f"{key}: {err}" if key else str(err)
+
+
+def _sweep_jobs(overrides: list[str]) -> list[list[str]] | None:
+    """The override lists to check for ``-m``: the first job, and each other swept value once (None: can't tell)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+        choices = [[f"{o.get_key_element()}={v}" for v in o.sweep_string_iterator()] if o.is_sweep_override()
+                   else [str(o.input_line)] for o in parsed]
+    except HydraException:
+        return None  # e.g. an interval sweep for an optimiser plugin: left to Hydra and the job's own check
+    first = [c[0] for c in choices]
+    jobs = [first]
+    for i, values in enumerate(choices):
+        jobs += [[*first[:i], v, *first[i + 1:]] for v in values[1:]]
+    return jobs[:MAX_PRECHECKED_JOBS]
+
+
+def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], object]) -> DictConfig | None:
+    """Compose the config exactly as the job will get it and ``check`` it; a user error exits here.
+
+    Returns the composed config (with its ``hydra`` node) of a single run; None for a sweep or when nothing was
+    checked.
+
+    Runs before Hydra starts the job (no run dir, no logging set-up, no model): a bad override, an unknown key or
+    option, a wrong type or range is one line on stderr and exit status 2. Hydra's informational flags (--help,
+    --cfg, --info, ...) and custom config locations (--config-path/-dir/-name) go to Hydra unchecked.
+    """
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.utils import get_args_parser
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    args, unknown = get_args_parser().parse_known_args(argv)
+    if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or \
+            args.config_path or args.config_dir or args.config_name or args.experimental_rerun:
+        return None
+    overrides = list(args.overrides)
+    multirun = args.multirun or any(o.replace(" ", "") in ("hydra.mode=MULTIRUN", "++hydra.mode=MULTIRUN")
+                                    for o in overrides)
+    jobs = _sweep_jobs(overrides) if multirun else [overrides]
+    if jobs is None:
+        return None
+
+    def compose_job(job: list[str]) -> DictConfig:
+        with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3", job_name="cli"):
+            return compose(config_name=config_name, overrides=job, return_hydra_config=True)
+
+    def compose_without(job: list[str]) -> Callable[[str], DictConfig | None]:
+        def without(key: str) -> DictConfig | None:
+            rest = [o for o in job if o.split("=", 1)[0].lstrip("+~") != key]
+            try:
+                return compose_job(rest)
+            except (HydraException, OmegaConfBaseException):
+                return None
+        return without
+
+    for job in jobs:
+        try:
+            cfg = compose_job(job)
+        except (HydraException, OmegaConfBaseException) as err:
+            if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            fail(_hydra_error_line(err, compose_without(job)))
+        HydraConfig.instance().set_config(cfg)  # `${hydra:...}` resolves as it will in the job
+        try:
+            with user_errors():
+                check(cfg)
+        finally:
+            HydraConfig.instance().cfg = None  # Hydra sets it again for the job
+    return None if multirun else cfg
+
+
+def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
+    """The run dir Hydra will make for a single run of ``cfg`` (composed with its ``hydra`` node), and whether its
+    pattern holds ``${now:...}`` (then Hydra's own resolution, a moment later, may differ)."""
+    HydraConfig.instance().set_config(cfg)  # `${hydra:runtime.choices...}` in the dir's pattern
+    try:
+        run_dir = Path(str(OmegaConf.select(cfg, "hydra.run.dir"))).absolute()
+    finally:
+        HydraConfig.instance().cfg = None
+    return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
