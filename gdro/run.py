@@ -342,14 +342,20 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): node}
 
 
+# component classes gdro renamed, old ``_target_`` -> new: a checkpoint written before the rename still resumes
+RENAMED_TARGETS = {"gdro.loss.LossConfig": "gdro.loss.grpo.GRPOLoss"}  # #29: the loss seam
+
+
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
                        ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
     """``key: old -> new`` for every dotted key of two resolved configs whose value differs (``ignore`` excepted).
 
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
-    is its component's default (:func:`_is_default`), i.e. the old behaviour.
+    is its component's default (:func:`_is_default`), i.e. the old behaviour; nor is a ``_target_`` gdro renamed
+    (:data:`RENAMED_TARGETS`).
     """
     a, b = _flatten(old), _flatten(new)
+    a = {k: RENAMED_TARGETS.get(v, v) if k.endswith("._target_") else v for k, v in a.items()}
     missing = object()
 
     def fmt(v: Any) -> str:
