@@ -1,4 +1,4 @@
-"""What the entry points share (``gdro-train``: gdro.cli, ``gdro-eval``: gdro.evaluator): a config composed and
+"""What the entry points share (``gdro-train``: gdro.cli, ``gdro-eval``: gdro.evaluation.evaluator): a config composed and
 checked before Hydra starts (:func:`precheck`), the run dir Hydra will make (:func:`planned_run_dir`), and a user
 error as one line on stderr with its exit status (:func:`user_errors`, :func:`fail`)."""
 
@@ -38,8 +38,8 @@ def errors_kept() -> Iterator[None]:
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
     from gdro.build import ConfigError
-    from gdro.checkpoint import CheckpointError
-    from gdro.models import ModelUnavailableError
+    from gdro.models.loading import ModelUnavailableError
+    from gdro.run.checkpoint import CheckpointError
 
     return (ConfigError, CheckpointError, ModelUnavailableError)
 
@@ -57,7 +57,7 @@ def fail(err: BaseException | str, label: str = "config error", status: int = EX
     """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    from gdro.ioerrors import one_line
+    from gdro.run.ioerrors import one_line
 
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
@@ -75,8 +75,8 @@ def user_errors() -> Iterator[None]:
     Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
     printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
     """
-    from gdro.ioerrors import is_environment_error
-    from gdro.rundir import RunDirLocked
+    from gdro.run.ioerrors import is_environment_error
+    from gdro.run.lock import RunDirLocked
 
     try:
         yield

@@ -4,12 +4,12 @@
     build_components   every key and value checked, every component built; nothing loaded
     place              torch's threads and seed, this process's device
     load_splits        the tokenizer, and each split's problems that fit model.max_prompt_len
-    resume_point       the checkpoint a training run continues, once the config may continue it (gdro.run)
-    open_run_dir       the run dir, run.json and config.yaml (training; gdro.run)
+    resume_point       the checkpoint a training run continues, once the config may continue it (gdro.run.lifecycle)
+    open_run_dir       the run dir, run.json and config.yaml (training; gdro.run.lifecycle)
     make_policy        the model, its frozen reference, its rollout engine, sharded across processes where there are
-    make_logger        metrics.jsonl and W&B (training; gdro.run.open_logger)
+    make_logger        metrics.jsonl and W&B (training; gdro.run.lifecycle.open_logger)
 
-then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.Run), paired as a :class:`Training`.
+then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Run), paired as a :class:`Training`.
 
 Everything cheap is built and validated first, so a bad value fails with a message naming its key before any model
 is loaded. The execution layer (how a step runs: ``Forward``, the ``Dist`` strategy) is built here and handed in.
@@ -30,17 +30,16 @@ from omegaconf import DictConfig, OmegaConf
 from gdro import distributed
 from gdro.distributed import Dist
 from gdro.interfaces import Controllers, Problem, Problems
-from gdro.models import Policy
+from gdro.models.loading import Policy
 from gdro.policy import Forward
-from gdro.run import Run, open_logger, open_run_dir, resume_point, run_meta
-from gdro.rundir import LockConfig
+from gdro.run.lifecycle import Run, open_logger, open_run_dir, resume_point, run_meta
+from gdro.run.lock import LockConfig
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, validate_config
 
 if TYPE_CHECKING:
-    from gdro.checkpoint import CheckpointConfig
     from gdro.distributed import DistConfig
-    from gdro.evaluation import EvalConfig
+    from gdro.evaluation.heldout import EvalConfig
     from gdro.interfaces import (
         DifficultyClassifier,
         MetricLogger,
@@ -50,9 +49,10 @@ if TYPE_CHECKING:
         RolloutAllocator,
     )
     from gdro.loss import Loss
-    from gdro.models import ModelSpec
+    from gdro.models.loading import ModelSpec
     from gdro.policy import OptimConfig
-    from gdro.tracking import LoggerConfig, RunRecord
+    from gdro.run.checkpoint import CheckpointConfig
+    from gdro.run.tracking import LoggerConfig, RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ class Components:
     logger: LoggerConfig
     checkpoint: CheckpointConfig
     dist: DistConfig
-    lock: LockConfig  # the run dir's lock (gdro.rundir): how long a start waits for it
+    lock: LockConfig  # the run dir's lock (gdro.run.lock): how long a start waits for it
 
     def __getitem__(self, key: str) -> Any:
         """A group's component by the group's name, e.g. ``comp["sampler"]``."""
@@ -140,7 +140,7 @@ def run_name(choices: dict[str, str] | None, seed: int) -> str:
 def place(threads: int | None, device: str, *, seed: int | None = None) -> torch.device:
     """Placing on a device: torch's CPU threads, the seed of its global RNG, and this process's device (under
     ``torchrun`` or a submitit job of several tasks on CUDA, its own GPU). Every entry point's first step."""
-    from gdro.models import resolve_device
+    from gdro.models.loading import resolve_device
 
     if threads is not None:
         torch.set_num_threads(threads)
@@ -172,7 +172,7 @@ def load_splits(spec: ModelSpec, splits: Mapping[str, Sequence[Problem]]) -> Spl
     """Loading the splits: the model's tokenizer, and each split's problems whose encoded prompt fits
     ``model.max_prompt_len``. The others are dropped, counted and logged; a split left empty is a ConfigError."""
     from gdro.data.filtering import drop_long_prompts
-    from gdro.models import load_tokenizer
+    from gdro.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(spec)
     out = Splits(tokenizer, {}, {})
@@ -200,7 +200,7 @@ def make_policy(spec: ModelSpec, engine_cfg: Any, device: torch.device, tokenize
     """Making the policy: the model on ``device`` (``train``: with fp32 master weights where ``spec`` asks), a frozen
     copy as the reference (in the compute dtype, like the engine), the engine sampling from it, and the model as
     ``dist`` trains it (sharded across processes; the engine factory then gives an HF engine its own copy)."""
-    from gdro.models import load_model
+    from gdro.models.loading import load_model
     from gdro.rollout import make_engine
 
     log.info("loading model %s", spec.name_or_path)
@@ -215,7 +215,7 @@ def make_policy(spec: ModelSpec, engine_cfg: Any, device: torch.device, tokenize
 def make_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[str, Any], record: RunRecord | None,
                 resume: tuple[Path, dict[str, Any]] | None, dist: Dist, choices: dict[str, str] | None = None,
                 seed: int = 0) -> MetricLogger:
-    """Making the logger (gdro.run.open_logger): metrics.jsonl and W&B on the main process, a silent one on the
+    """Making the logger (gdro.run.lifecycle.open_logger): metrics.jsonl and W&B on the main process, a silent one on the
     others; a sweep one W&B group, each run tagged with its choices."""
     group, tags = wandb_identity(choices, seed)
     return open_logger(run_dir, cfg, run_name=run_name, meta=meta, record=record, resume=resume, dist=dist,

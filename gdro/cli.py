@@ -36,7 +36,7 @@ from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's s
 )
 
 if TYPE_CHECKING:
-    from gdro.rundir import RunDirLock
+    from gdro.run.lock import RunDirLock
 
 log = logging.getLogger("gdro")
 
@@ -58,7 +58,7 @@ def _train(cfg: DictConfig) -> float | None:
 def _job(cfg: DictConfig) -> float | None:
     from gdro.build import build_trainer
     from gdro.rollout.base import close_engine
-    from gdro.run import Interrupted, StopRequest
+    from gdro.run.lifecycle import Interrupted, StopRequest
 
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
@@ -104,7 +104,7 @@ def _save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
     """Write what Hydra writes into ``<run_dir>/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), once this
     process holds the run dir: conf/train.yaml turns Hydra's own writing off (``hydra.output_subdir: null``), which
     happens before the job starts and so would overwrite the files of a run that holds the dir and refuses us."""
-    from gdro.ioerrors import named_io
+    from gdro.run.ioerrors import named_io
 
     hydra_cfg = HydraConfig.instance().cfg
     out = run_dir / HYDRA_SUBDIR
@@ -211,8 +211,8 @@ def _main_process() -> bool:
 
 @contextmanager
 def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]:
-    """Hold ``run_dir``'s lock (gdro.rundir) for the body; the other processes of a multi-process run hold none."""
-    from gdro.rundir import LockConfig, hold
+    """Hold ``run_dir``'s lock (gdro.run.lock) for the body; the other processes of a multi-process run hold none."""
+    from gdro.run.lock import LockConfig, hold
     from gdro.validate import build_node
 
     if not _main_process():
@@ -227,7 +227,7 @@ def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]
 def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
     """Before Hydra starts the job: lock the run dir when the command names it (no ``${now:...}``: a dir only
     this command can resolve to), else check that it can be created. Nothing for a sweep (each job locks its own)."""
-    from gdro.ioerrors import check_creatable
+    from gdro.run.ioerrors import check_creatable
 
     if cfg is None:
         yield

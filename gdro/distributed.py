@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gdro.models import process_device
+from gdro.models.loading import process_device
 from gdro.rollout.base import RolloutBatch, concat_rollouts
 
 log = logging.getLogger("gdro")

@@ -3,7 +3,7 @@
 A Ctrl-C that lands while Python imports torch, Hydra or transformers cuts the import in half; any later import of
 the same module (an error handler that imports gdro.build, say) may then segfault or abort in C++. So the entry
 points install :func:`interrupt_at_once` before they import anything heavy: until the run installs its own handler
-(gdro.run.StopRequest: finish the step, save, exit), a SIGINT prints one line and ends the process with status
+(gdro.run.lifecycle.StopRequest: finish the step, save, exit), a SIGINT prints one line and ends the process with status
 130 without running any more Python (``os._exit``: no half-imported module is touched again, nothing is written).
 What has been written before that moment stays as it was (a lock the process held is dropped by the kernel; the
 next start takes the dir over and notes it in its log).

@@ -234,7 +234,7 @@ class Reward(Protocol):
     """Verifiable reward: scores completions against gold answers; never raises on model text.
 
     ``for_eval`` and ``use_golds`` have default bodies here, which a reward gets by subclassing ``Reward``
-    (``class MyReward(Reward)``); gdro.rewards.MathVerifyReward defines its own.
+    (``class MyReward(Reward)``); gdro.grading.rewards.MathVerifyReward defines its own.
     """
 
     def score(self, completions: Sequence[str], golds: Sequence[str], finished: Sequence[bool]) -> RewardBatch: ...
@@ -242,11 +242,11 @@ class Reward(Protocol):
     def metrics(self, batch: RewardBatch) -> dict[str, float]: ...
 
     def for_eval(self) -> Reward:
-        """The reward that held-out evaluation scores with (gdro.evaluation.evaluate); by default this one."""
+        """The reward that held-out evaluation scores with (gdro.evaluation.heldout.evaluate); by default this one."""
         return self
 
     def use_golds(self, table: Any) -> None:
-        """Take golds a loader prepared once (a gdro.golds.GoldTable), so that scoring parses none; by default
+        """Take golds a loader prepared once (a gdro.grading.golds.GoldTable), so that scoring parses none; by default
         ignored (the reward reads each gold as it scores)."""
 
 

@@ -2,7 +2,7 @@
 
 One step reads like the algorithm (:meth:`Trainer._step`; docs/architecture.md): sample prompts → allocate rollouts →
 generate (ragged) → reward → group advantages → loss weights → clipped-surrogate update → controller updates → log.
-The run around it (run dir, lock, run.json, checkpoints, resume, signals, the final save) is gdro.run.Run's, which
+The run around it (run dir, lock, run.json, checkpoints, resume, signals, the final save) is gdro.run.lifecycle.Run's, which
 drives the loop and checkpoints the algorithm through :meth:`Trainer.state_dict`. How a step runs (forward layouts,
 micro-batches, processes) is the execution layer's (``Forward``, ``Dist``), handed in; nothing here branches on it.
 """
@@ -18,14 +18,21 @@ import numpy as np
 import torch
 
 from gdro.distributed import Dist
-from gdro.evaluation import EvalConfig, evaluate
+from gdro.evaluation.heldout import EvalConfig, evaluate
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
 from gdro.loss import Loss
-from gdro.models import Policy
+from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
-from gdro.seeding import STREAM_ROLLOUT, STREAM_SAMPLER, STREAM_UPDATE, derive_seed, rng_state, set_rng_state
-from gdro.tracking import StepClock
+from gdro.run.seeding import (
+    STREAM_ROLLOUT,
+    STREAM_SAMPLER,
+    STREAM_UPDATE,
+    derive_seed,
+    rng_state,
+    set_rng_state,
+)
+from gdro.run.tracking import StepClock
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ class RunConfig:
         if self.label is not None and not (isinstance(self.label, str) and self.label.strip()):
             raise ValueError(f"label must be a non-empty name or null, got {self.label!r}")
         # a bad or unavailable device fails here, before any model loads
-        from gdro.models import check_placement
+        from gdro.models.loading import check_placement
 
         check_placement(self.threads, self.device)
 
@@ -75,10 +82,10 @@ class _State:
 @dataclass
 class Trainer:
     """The algorithm: :meth:`step` takes one GRPO step and returns its row; :meth:`state_dict` is what a checkpoint
-    holds of it. Call :meth:`setup` once before either (gdro.run.Run does)."""
+    holds of it. Call :meth:`setup` once before either (gdro.run.lifecycle.Run does)."""
 
     run: RunConfig
-    models: Policy  # the policy, its tokenizer, its engine, its frozen reference (gdro.models)
+    models: Policy  # the policy, its tokenizer, its engine, its frozen reference (gdro.models.loading)
     reward: Reward
     controllers: Controllers
     problems: Problems
@@ -208,8 +215,8 @@ class Trainer:
     def save(self, path: Path) -> None:
         """The policy as a HF model dir at ``path`` (``model.name_or_path=<path>`` loads it) in the compute dtype (fp32
         master weights cast down, as the base checkpoint was stored). Every process calls it (FSDP gathers); the main
-        one writes. gdro.run.Run writes the final policy through it, atomically."""
-        from gdro.models import compute_dtype
+        one writes. gdro.run.lifecycle.Run writes the final policy through it, atomically."""
+        from gdro.models.loading import compute_dtype
 
         state = self.dist.savable_state(self.policy, compute_dtype(self.policy))  # every process takes part (FSDP)
         if not self.dist.main:  # one process writes
@@ -235,9 +242,9 @@ def rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_
 
 def __getattr__(name: str) -> Any:
     """``gdro.trainer.save_checkpoint``: where fault-injection tests patch a checkpoint's write, as before the Run
-    existed (tests/test_run_safety.py). gdro.run.Run looks it up here at each write, so a patched one takes effect."""
+    existed (tests/test_run_safety.py). gdro.run.lifecycle.Run looks it up here at each write, so a patched one takes effect."""
     if name == "save_checkpoint":
-        from gdro import run
+        from gdro.run import lifecycle as run
 
         return run.save_checkpoint
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -27,9 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.advantages import group_advantages
 from gdro.data.synthetic import CopyTask
 from gdro.loss import GRPOLoss
+from gdro.loss.advantages import group_advantages
+from gdro.models.prompts import encode_prompts
+from gdro.models.tiny import build_tokenizer
 from gdro.policy import (
     Forward,
     OptimConfig,
@@ -37,10 +39,8 @@ from gdro.policy import (
 )
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS
 from gdro.policy.microbatch import group_micro_batches, micro_batches
-from gdro.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 from gdro.rollout.hf import HFGenerator
-from gdro.tiny import build_tokenizer
 
 QWEN3_VOCAB = 151_936
 GIB = 2**30
@@ -156,7 +156,7 @@ def grpo_step(model, tokenizer, *, rollouts: int, per_prompt: int, new_tokens: i
 
     ``engine``: a ``Generator`` following ``model`` (default: the HF engine on ``model``, EOS suppressed so every row
     is full length). The reference model is a frozen copy in the model's compute dtype (bf16 for fp32 masters)."""
-    from gdro.models import compute_dtype
+    from gdro.models.loading import compute_dtype
 
     device = next(model.parameters()).device
     gen_rollouts, gen_tokens = gen_rollouts or rollouts, gen_tokens or new_tokens

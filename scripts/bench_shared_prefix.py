@@ -27,7 +27,7 @@ import torch
 
 from gdro.data.synthetic import CopyTask
 from gdro.loss import GRPOLoss
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import (
     Forward,
     OptimConfig,

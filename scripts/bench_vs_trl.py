@@ -10,7 +10,7 @@ TRL (1.16, ``pip install "trl>=1.16"``) installs into the project's venv without
 The work, identical on both sides: the same initial weights, the same ``--prompts`` prompts (the first ones of
 ``CopyTask().train()``, chat-formatted by the tokenizer's ChatML template: the prompt token ids are checked to be
 equal), ``--per-prompt`` completions each, sampled at temperature 1 (top-p 1, no top-k) up to ``--new-tokens``
-tokens, scored by ``gdro.rewards.MathVerifyReward`` (conf/reward/math-verify.yaml), group-normalised advantages
+tokens, scored by ``gdro.grading.rewards.MathVerifyReward`` (conf/reward/math-verify.yaml), group-normalised advantages
 (std with Bessel's correction and ε = 1e-4: TRL's formula, which ours is set to), the clipped surrogate
 (ε_low 0.2, ε_high 0.28) plus β·k3-KL to the frozen initial policy (β = ``--beta``; 0: no reference model)
 aggregated as one token mean over the whole batch, and ONE AdamW step (lr 1e-4, weight decay 0.01, grad clip 1)
@@ -95,7 +95,7 @@ def model_path(size: str, tmp: Path) -> str:
         return "tiny"
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from gdro.models import ModelSpec, load_tokenizer
+    from gdro.models.loading import ModelSpec, load_tokenizer
 
     tok = load_tokenizer(ModelSpec("tiny", max_prompt_len=64, max_new_tokens=16))
     cfg = Qwen3Config(vocab_size=len(tok), max_position_embeddings=128, tie_word_embeddings=True,
@@ -111,7 +111,7 @@ def model_path(size: str, tmp: Path) -> str:
 
 
 def spec_for(path: str, args):
-    from gdro.models import ModelSpec
+    from gdro.models.loading import ModelSpec
 
     return ModelSpec(path, max_prompt_len=64, max_new_tokens=args.new_tokens)
 
@@ -129,7 +129,7 @@ def bench_problems(args, tokenizer):
 
 def prompt_tokens(tokenizer, problems) -> tuple[list[list[int]], list[list[int]]]:
     """(ours, TRL's) prompt token ids: ``encode_prompts`` vs TRL's ``apply_chat_template(tokenize=True)`` call."""
-    from gdro.prompts import encode_prompts
+    from gdro.models.prompts import encode_prompts
 
     ours = encode_prompts(tokenizer, [p.prompt for p in problems], use_chat_template=True, max_prompt_len=64)
     trl = tokenizer.apply_chat_template(conversation=[[{"role": "user", "content": p.prompt}] for p in problems],
@@ -258,7 +258,7 @@ def run_trl(path: str, args, problems, run_dir: Path) -> dict[str, float]:
     from transformers import PrinterCallback, TrainerCallback
     from trl import GRPOTrainer
 
-    from gdro.models import load_model
+    from gdro.models.loading import load_model
 
     policy, tokenizer = load_model(spec_for(path, args), train=True)  # fresh weights, as ours loads them
     dataset = Dataset.from_list([{"prompt": [{"role": "user", "content": p.prompt}], "answer": p.answer}
@@ -324,7 +324,7 @@ def split_line(r: dict[str, float], ours: bool) -> str:
 
 
 def bench_size(size: str, args, rate: float, tmp: Path) -> float:
-    from gdro.models import load_model
+    from gdro.models.loading import load_model
 
     path = model_path(size, tmp)
     model, tokenizer = load_model(spec_for(path, args))

@@ -4,7 +4,7 @@
     python scripts/build_tiny_model.py --out outputs/tiny-variant --sft-steps 300 --seed 1
 
 Deterministic for a fixed seed and thread count (~20 s on 2 CPU threads). The defaults are those of
-``gdro.tiny.build_tiny``, which were chosen so that the shipped model leaves GRPO headroom (see its docstring).
+``gdro.models.tiny.build_tiny``, which were chosen so that the shipped model leaves GRPO headroom (see its docstring).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ def main() -> None:
     import torch
 
     from gdro.data.synthetic import CopyTask
-    from gdro.models import TINY_DIR
-    from gdro.tiny import build_tiny
+    from gdro.models.loading import TINY_DIR
+    from gdro.models.tiny import build_tiny
 
     defaults = {k: v.default for k, v in inspect.signature(build_tiny).parameters.items()
                 if v.default is not inspect.Parameter.empty}

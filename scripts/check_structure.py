@@ -8,7 +8,7 @@ lifecycle kept in one module. Exit status 1 when a limit is broken.
 A function's length is ``end_lineno - lineno + 1`` of its ``def`` (decorators excluded, docstring included). The
 floors are those of docs/architecture.md: a module may import only from its own floor or below. A field of
 ``Trainer`` is an annotated name in its class body (a dataclass field). The lifecycle -- what writes the run dir:
-checkpoints, the lock's checks, run.json -- lives in gdro/run.py: elsewhere gdro.checkpoint and gdro.rundir are
+checkpoints, the lock's checks, run.json -- lives in gdro/run/lifecycle.py: elsewhere gdro.run.checkpoint and gdro.run.lock are
 imported only for their configs, their error types, and (the entry point, before Hydra starts) the lock's holding.
 """
 
@@ -22,24 +22,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gdro"
 MAX_FUNCTION = 80
-CENTRAL = {("gdro/run.py", "Run._fit"): 60, ("gdro/trainer.py", "Trainer._step"): 60,
+CENTRAL = {("gdro/run/lifecycle.py", "Run._fit"): 60, ("gdro/trainer.py", "Trainer._step"): 60,
            ("gdro/policy/update.py", "ppo_update"): 60}
 TRAINER, MAX_TRAINER_LINES, MAX_TRAINER_FIELDS = "gdro/trainer.py", 250, 12
-LIFECYCLE = "gdro/run.py"  # the one module that writes the run dir through gdro.checkpoint and gdro.rundir
-LIFECYCLE_MODULES = ("gdro.checkpoint", "gdro.rundir")
+LIFECYCLE = "gdro/run/lifecycle.py"  # the one module that writes the run dir through gdro.run.checkpoint and gdro.run.lock
+LIFECYCLE_MODULES = ("gdro.run.checkpoint", "gdro.run.lock")
 LIFECYCLE_ELSEWHERE = {"CheckpointConfig", "LockConfig", "CheckpointError", "RunDirLocked", "RunDirLock", "hold"}
 
-# docs/architecture.md, "Layers": each module's floor (a package's modules share its floor unless listed)
+# docs/architecture.md, "Layers": each module's floor. A package's modules share its floor unless a module is listed
+# by its own dotted name (``run.lifecycle``), which wins.
 FLOORS = {
-    0: ["interfaces", "advantages", "loss", "passk", "bins", "bandit", "budget", "validate",  # records, contracts,
-        "seeding"],  # math, seeds
-    1: ["difficulty", "samplers", "allocators", "oracle"],  # stateful controllers
-    2: ["data", "prompts", "golds", "rewards", "tracking", "checkpoint", "ioerrors", "rundir"],  # I/O without a model
-    3: ["models", "tiny", "qwen3", "rollout", "evaluation"],  # models and rollout engines
+    0: ["interfaces", "loss", "grading.passk", "controllers.bins", "controllers.bandit", "controllers.budget",
+        "validate", "run.seeding"],  # records, contracts, math, seeds
+    1: ["controllers"],  # stateful controllers
+    2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
+    3: ["models", "rollout", "evaluation.heldout"],  # models and rollout engines
     4: ["distributed", "policy"],  # the execution layer: how a step runs
-    5: ["trainer", "run"],  # the loop: the algorithm (trainer) and its lifecycle (run)
+    5: ["trainer", "run.lifecycle"],  # the loop: the algorithm (trainer) and its lifecycle (run)
     6: ["build"],  # the composition root
-    7: ["cli", "entry", "app", "evaluator", "report", "rescore", "paper_table"],  # entry points
+    7: ["cli", "entry", "app", "evaluation", "report"],  # entry points: gdro-train, gdro-eval, gdro-rescore, reports
 }
 FLOOR_OF = {name: floor for floor, names in FLOORS.items() for name in names}
 
@@ -50,7 +51,9 @@ def module_name(path: Path) -> str:
 
 def floor(module: str) -> int | None:
     parts = module.split(".")
-    return FLOOR_OF.get(parts[1]) if len(parts) > 1 and parts[0] == "gdro" else None
+    if len(parts) < 2 or parts[0] != "gdro":
+        return None
+    return FLOOR_OF.get(".".join(parts[1:3]), FLOOR_OF.get(parts[1]))
 
 
 def functions(tree: ast.AST, prefix: str = ""):
@@ -72,14 +75,15 @@ def imports(tree: ast.AST):
 
 
 def lifecycle_imports(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, what) for each import of the lifecycle's writers: a name of gdro.checkpoint or gdro.rundir beyond
+    """(line, what) for each import of the lifecycle's writers: a name of gdro.run.checkpoint or gdro.run.lock beyond
     :data:`LIFECYCLE_ELSEWHERE`, or either module as a whole."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in LIFECYCLE_MODULES:
             found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names if a.name not in LIFECYCLE_ELSEWHERE]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "gdro":
-            found += [(node.lineno, f"gdro.{a.name}") for a in node.names if f"gdro.{a.name}" in LIFECYCLE_MODULES]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:  # from gdro.run import lock
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names
+                      if f"{node.module}.{a.name}" in LIFECYCLE_MODULES]
         elif isinstance(node, ast.Import):
             found += [(node.lineno, a.name) for a in node.names if a.name in LIFECYCLE_MODULES]
     return found

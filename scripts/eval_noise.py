@@ -19,8 +19,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from gdro.build import build_components
-from gdro.evaluation import evaluate
-from gdro.models import load_model
+from gdro.evaluation.heldout import evaluate
+from gdro.models.loading import load_model
 from gdro.rollout import make_engine
 
 CONF = Path(__file__).resolve().parent.parent / "conf"

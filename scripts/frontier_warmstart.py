@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 from gdro.data.synthetic import CopyTask, adjacent_repeats
-from gdro.models import ModelSpec, load_model
-from gdro.rewards import MathVerifyReward
+from gdro.grading.rewards import MathVerifyReward
+from gdro.models.loading import ModelSpec, load_model
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 

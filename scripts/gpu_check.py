@@ -47,9 +47,9 @@ def main() -> int:
     from bench_memory import GIB, grpo_step, qwen3_model
 
     from gdro.loss import GRPOLoss
-    from gdro.models import COMPUTE_DTYPE_ATTR
+    from gdro.models.loading import COMPUTE_DTYPE_ATTR
+    from gdro.models.tiny import build_tokenizer
     from gdro.policy import OptimConfig
-    from gdro.tiny import build_tokenizer
 
     device = torch.device("cuda")
     tok = build_tokenizer()

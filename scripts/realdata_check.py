@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from gdro.data.benchmarks import load_benchmark
-from gdro.rewards import MathVerifyReward
+from gdro.grading.rewards import MathVerifyReward
 
 FILES = [
     ("math500", "math500.jsonl", {}),

@@ -7,7 +7,7 @@
 Phases, each timed, with tokens/s and the peak memory (VmHWM) of every process it started:
 
 1. **build**: ``model=qwen3-rehearsal`` (Qwen3's architecture, 151,936-row embedding and real tokenizer, random
-   seeded weights; gdro/qwen3.py).
+   seeded weights; gdro/models/qwen3.py).
 2. **checks**, what a Qwen user gets wrong: the exact prompt text and token count fed to the model for one DAPO and
    one MATH-500 problem; how many prompts ``model.max_prompt_len`` drops; that generation stops on Qwen's stop
    tokens (``<|endoftext|>`` and ``<|im_end|>``) and a completion without one is cut at the length limit and scored
@@ -118,9 +118,8 @@ def phase_checks(args, out: Path) -> list[str]:
 
     from gdro.data.benchmarks import load_benchmark
     from gdro.data.filtering import drop_long_prompts
-    from gdro.models import ModelSpec, load_model, load_tokenizer
-    from gdro.models import format_prompt
-    from gdro.rewards import MathVerifyReward
+    from gdro.grading.rewards import MathVerifyReward
+    from gdro.models.loading import ModelSpec, format_prompt, load_model, load_tokenizer
     from gdro.rollout.base import SamplingParams
     from gdro.rollout.hf import HFGenerator
 
@@ -229,7 +228,7 @@ def tokens_per_s(run: Path) -> float:
 def eval_cmd(args, checkpoint: Path, out: Path) -> list[str]:
     entries = [f"{{name:{n},data_files:'{args.realdata / f}'}}" for n, f in BENCH_FILES.items()]
     entries.append(f"{{name:gpqa_diamond,data_files:'{GPQA_FILE}'}}")
-    return [sys.executable, "-m", "gdro.evaluator", f"model={args.model}", f"checkpoint={checkpoint}",
+    return [sys.executable, "-m", "gdro.evaluation.evaluator", f"model={args.model}", f"checkpoint={checkpoint}",
             f"benchmarks=[{','.join(entries)}]", "eval.k=8", f"eval.max_problems={args.eval_problems}",
             f"out={out}", f"device={args.device}", f"threads={args.threads}", f"hydra.run.dir={out}",
             f"model.max_new_tokens={args.new_tokens}"]
@@ -290,7 +289,7 @@ def main() -> None:
     summary = [f"# Rehearsal of the paper's path ({time.strftime('%Y-%m-%d %H:%M')})", ""]
     t_all = time.perf_counter()
 
-    from gdro.qwen3 import build_rehearsal_model
+    from gdro.models.qwen3 import build_rehearsal_model
 
     t0 = time.perf_counter()
     build_rehearsal_model()

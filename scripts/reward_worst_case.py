@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 import test_reward_fuzz as fuzz
 from test_rewards import HUGE_POWERS, _junk
 
-from gdro.rewards import MathVerifyReward
+from gdro.grading.rewards import MathVerifyReward
 
 
 def _timed(r: MathVerifyReward, text: str, gold: str) -> tuple[float, str]:

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdro.advantages import group_advantages, group_sizes
+from gdro.loss.advantages import group_advantages, group_sizes
 
 torch.set_num_threads(1)
 

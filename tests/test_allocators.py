@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdro.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
 from gdro.interfaces import BinSpec, StepFeedback
 
 

@@ -22,7 +22,7 @@ from gdro.data.benchmarks import (
     problems_from_rows,
 )
 from gdro.data.paper import DapoMath
-from gdro.rewards import MathVerifyReward
+from gdro.grading.rewards import MathVerifyReward
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
 
@@ -256,7 +256,7 @@ def test_normalize_gold():
 
 
 def test_normalize_gold_reads_the_box_the_reward_reads():
-    """One extractor, gdro.rewards.last_boxed: the loader's own (until #29) counted escaped braces, so a box holding
+    """One extractor, gdro.grading.rewards.last_boxed: the loader's own (until #29) counted escaped braces, so a box holding
     ``\\}`` closed early and one holding an unmatched ``\\{`` never closed; no real file has such a gold
     (tests/test_realdata.py)."""
     assert normalize_gold("\\boxed{\\}}") == "\\}"  # was "\\"

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdro.budget import (
+from gdro.controllers.budget import (
     check_budget_feasible,
     exact_budget_select,
     sqrt_allocation,

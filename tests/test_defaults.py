@@ -178,8 +178,8 @@ def test_python_defaults_equal_the_reference_option(group, target):
     assert not problems, "Python defaults disagree with the YAML:\n  " + "\n  ".join(problems)
 
 
-@pytest.mark.parametrize(("key", "target"), [("checkpoint", "gdro.checkpoint.CheckpointConfig"),
-                                           ("dist", "gdro.distributed.DistConfig"), ("lock", "gdro.rundir.LockConfig")])
+@pytest.mark.parametrize(("key", "target"), [("checkpoint", "gdro.run.checkpoint.CheckpointConfig"),
+                                           ("dist", "gdro.distributed.DistConfig"), ("lock", "gdro.run.lock.LockConfig")])
 def test_train_yaml_nodes_defaults_equal_their_dataclass(key, target):
     """The nodes conf/train.yaml sets itself (not groups): their keys and values are their dataclass's defaults."""
     cls = get_object(target)
@@ -225,6 +225,6 @@ def test_the_checker_itself():
     found = disagreements(Toy, {"b": 0.25, "c": [1, 2], "d": 1, "e": AMBIGUOUS}, "toy.yaml")
     assert [p.split("(")[1].split("=")[0] for p in found] == ["b", "d", "e"]
     assert "does not list" in disagreements(Toy, {"b": 0.5, "c": [1, 2], "d": True}, "toy.yaml")[0]
-    from gdro.rewards import MathVerifyReward, RewardConfig
+    from gdro.grading.rewards import MathVerifyReward, RewardConfig
 
     assert python_defaults(MathVerifyReward) == python_defaults(RewardConfig) != {}

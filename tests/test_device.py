@@ -9,8 +9,8 @@ import torch
 from hydra import compose, initialize_config_dir
 
 from gdro.build import build_components, build_trainer
-from gdro.evaluator import build_plan
-from gdro.models import process_device, resolve_device
+from gdro.evaluation.evaluator import build_plan
+from gdro.models.loading import process_device, resolve_device
 from gdro.trainer import RunConfig
 from gdro.validate import ConfigError
 from tests.conftest import CONF, FAST, compose_cfg

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gdro.bins import hysteresis_bins, make_edges, passk_from_window, raw_bins
-from gdro.difficulty import ROUND_DECIMALS, OnlineDifficultyClassifier
+from gdro.controllers.bins import hysteresis_bins, make_edges, passk_from_window, raw_bins
+from gdro.controllers.difficulty import ROUND_DECIMALS, OnlineDifficultyClassifier
+from gdro.grading.passk import pass_at_k
 from gdro.interfaces import BinSpec, PromptPool, StepFeedback
-from gdro.passk import pass_at_k
 
 PAPER = make_edges([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], None)
 
@@ -404,7 +404,7 @@ def test_batch_bins_are_logged_for_every_sampler():
 def test_batch_mechanism_counts_groups_with_gradient_and_the_realised_weighted_se():
     """Per bin and overall: the share of groups neither all correct nor all wrong; the weighted SE of the batch as
     allocated against the same batch at its mean group size (numbers worked by hand)."""
-    from gdro.difficulty import batch_mechanism
+    from gdro.controllers.difficulty import batch_mechanism
 
     labels = ["0", "1", "unseen"]
     # bin 0: two prompts, 2 rollouts each, (1 of 2) and (0 of 2) -> one of two informative, p = 1/4

@@ -13,7 +13,7 @@ from hydra import compose, initialize_config_dir
 
 from gdro.build import ConfigError
 from gdro.data.paper import DapoMath
-from gdro.evaluator import build_plan, run_eval
+from gdro.evaluation.evaluator import build_plan, run_eval
 from tests.conftest import CONF, REPO
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -84,7 +84,7 @@ def test_paper_suite_on_fixtures(tmp_path):
     assert md.count("\n") == 2 + len(PAPER_FILES) + 2  # header, rule, 7 benchmarks, aime average, pooled
     assert "aime (avg 2024, 2025)" in md
     # every completion and its verdict is kept, and gdro-rescore reads it back to the same figures without a model
-    from gdro.rescore import rescore
+    from gdro.evaluation.rescore import rescore
 
     samples = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == metrics["eval/n_problems"] and {"uid", "completion", "correct"} <= set(samples[0])
@@ -96,12 +96,12 @@ def test_paper_suite_on_fixtures(tmp_path):
 
 
 def test_errors_before_model_load(tmp_path, monkeypatch):
-    import gdro.models
+    import gdro.models.loading
 
     def boom(*a, **k):
         raise AssertionError("model loaded before validation")
 
-    monkeypatch.setattr(gdro.models, "load_model", boom)
+    monkeypatch.setattr(gdro.models.loading, "load_model", boom)
     with pytest.raises(ConfigError, match=r"unknown benchmark 'aime2026'.*math500.*toy_copy"):
         run_eval(compose_eval(["benchmarks.0.name=aime2026"]), tmp_path)
     with pytest.raises(ConfigError, match="no such file"):
@@ -114,7 +114,7 @@ def test_errors_before_model_load(tmp_path, monkeypatch):
 
 
 def test_checkpoint_overrides_model_path():
-    from gdro.models import TINY_DIR
+    from gdro.models.loading import TINY_DIR
 
     plan = build_plan(compose_eval([f"checkpoint={TINY_DIR}"]))
     assert plan.parts["model"].name_or_path == str(TINY_DIR)
@@ -138,7 +138,7 @@ def test_dapo_math_on_fixtures(tmp_path):
 @pytest.mark.slow
 def test_cli_cfg_job():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run([sys.executable, "-m", "gdro.evaluator", "--cfg", "job", "benchmarks=paper"],
+    res = subprocess.run([sys.executable, "-m", "gdro.evaluation.evaluator", "--cfg", "job", "benchmarks=paper"],
                          check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "gpqa_diamond" in res.stdout and "checkpoint: null" in res.stdout

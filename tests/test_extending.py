@@ -2,7 +2,7 @@
 
 The class below is the one the walk-through shows (``test_the_doc_shows_this_very_class`` keeps the two equal).
 Nothing is added to the repository's ``conf/``: the documented option file is written into a temporary copy of it,
-with ``_target_`` pointing at this module instead of ``gdro.allocators``.
+with ``_target_`` pointing at this module instead of ``gdro.controllers.allocators``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from omegaconf import OmegaConf
 
 from gdro.build import ConfigError, build_components, build_trainer
 from gdro.interfaces import BinSpec, RolloutAllocator, StepFeedback
-from gdro.tracking import read_metrics
+from gdro.run.tracking import read_metrics
 from tests.conftest import CONF, FAST, REPO
 from tests.test_defaults import disagreements
 from tests.test_protocols import conforms
@@ -96,9 +96,9 @@ def _write_option(tmp_path: Path) -> Path:
     """Step 2 of the doc: conf/allocator/hard-first.yaml, in a temporary copy of conf/ (target: this module)."""
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
-    yaml = _doc_block("yaml", "_target_: gdro.allocators.HardFirstAllocator")
+    yaml = _doc_block("yaml", "_target_: gdro.controllers.allocators.HardFirstAllocator")
     here = f"{HardFirstAllocator.__module__}.{HardFirstAllocator.__qualname__}"
-    (conf / "allocator" / "hard-first.yaml").write_text(yaml.replace("gdro.allocators.HardFirstAllocator", here))
+    (conf / "allocator" / "hard-first.yaml").write_text(yaml.replace("gdro.controllers.allocators.HardFirstAllocator", here))
     return conf
 
 

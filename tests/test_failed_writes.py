@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from gdro.cli import EXIT_IO_ERROR
-from gdro.tracking import LoggerConfig, RunLogger
+from gdro.run.tracking import LoggerConfig, RunLogger
 from tests.test_resume import REPO, _env
 
 # 1-2 steps of the tiny model, no evaluation and no training checkpoint: the only writes are the run's records,
@@ -35,7 +35,7 @@ ARGS = ["logger=jsonl", "prompts_per_step=8", "rollouts_per_prompt=4", "progress
 BREAK_A_WRITE = """
 import os, subprocess, sys
 from pathlib import Path
-import gdro.tracking as tk
+import gdro.run.tracking as tk
 import gdro.trainer as tr
 how, at = sys.argv.pop(1), int(sys.argv.pop(1))
 def fill(ballast, spare=0):
@@ -162,8 +162,8 @@ FILE_SIZE_LIMIT = """
 import resource, signal, sys
 from pathlib import Path
 from transformers import AutoModelForCausalLM
-from gdro.checkpoint import named_weights_io
-from gdro.models import TINY_DIR
+from gdro.run.checkpoint import named_weights_io
+from gdro.models.loading import TINY_DIR
 out = Path(sys.argv[1])
 model = AutoModelForCausalLM.from_pretrained(TINY_DIR)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing

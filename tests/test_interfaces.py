@@ -9,8 +9,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gdro.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
-from gdro.difficulty import OnlineDifficultyClassifier
+from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.controllers.difficulty import OnlineDifficultyClassifier
+from gdro.controllers.oracle import OracleLevelSampler
+from gdro.controllers.samplers import PromptGDRO, UniformSampler
 from gdro.interfaces import (
     SIGNALS,
     BinSpec,
@@ -20,8 +22,6 @@ from gdro.interfaces import (
     RolloutAllocator,
     StepFeedback,
 )
-from gdro.oracle import OracleLevelSampler
-from gdro.samplers import PromptGDRO, UniformSampler
 
 FIELDS = ("ids", "bins", "n", "group_index", "correct", "pg_loss", "kl")
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from gdro import cli, evaluator
+from gdro import cli
 from gdro.build import build_components
-from gdro.rewards import RewardConfig
+from gdro.evaluation import evaluator
+from gdro.grading.rewards import RewardConfig
 from gdro.validate import ConfigError, Schema, check_values, node_schema, schema_of
 from tests.conftest import REPO, compose_cfg
 
@@ -185,7 +186,7 @@ def test_every_group_has_a_typed_schema():
 
 
 def test_kwargs_constructor_reads_its_config_dataclass():
-    from gdro.rewards import MathVerifyReward
+    from gdro.grading.rewards import MathVerifyReward
 
     schema = schema_of(MathVerifyReward)
     assert set(schema.fields) == set(RewardConfig.__dataclass_fields__) and not schema.open

@@ -11,6 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gdro.grading.passk import mean_at_k, pass_at_k
 from gdro.loss import (
     AGG_MODES,
     GRPOLoss,
@@ -21,7 +22,6 @@ from gdro.loss import (
     kl_penalty,
     per_response_mean,
 )
-from gdro.passk import mean_at_k, pass_at_k
 
 torch.set_num_threads(1)
 CLIP = {"clip_low": 0.2, "clip_high": 0.28}

@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.advantages import group_advantages
 from gdro.loss import (
     AGG_MODES,
     BatchCounts,
@@ -31,7 +30,8 @@ from gdro.loss import (
     grpo_loss,
     per_response_mean,
 )
-from gdro.models import ModelSpec, load_model
+from gdro.loss.advantages import group_advantages
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator

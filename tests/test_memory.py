@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from gdro.loss import GRPOLoss
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import (
     Forward,
     OptimConfig,

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file
 
 from gdro.build import build_trainer
-from gdro.models import ModelSpec, autocast_context, compute_dtype, load_model
+from gdro.models.loading import ModelSpec, autocast_context, compute_dtype, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.rollout.base import SamplingParams

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from gdro.build import build_components
-from gdro.golds import GoldTable
+from gdro.grading.golds import GoldTable
 from gdro.interfaces import (
     DifficultyClassifier,
     MetricLogger,
@@ -26,10 +26,10 @@ from gdro.interfaces import (
     RolloutAllocator,
 )
 from gdro.loss import Loss
-from gdro.models import load_model
+from gdro.models.loading import load_model
 from gdro.rollout.base import Generator
 from gdro.rollout.factory import make_engine
-from gdro.tracking import RunLogger
+from gdro.run.tracking import RunLogger
 from tests.conftest import CONF, compose_cfg
 
 PROTOCOLS = {"sampler": PromptSampler, "allocator": RolloutAllocator, "classifier": DifficultyClassifier,

@@ -1,11 +1,11 @@
-"""Qwen3's real tokenizer, built offline (gdro/qwen3.py), held to the real tokenizer's published ids."""
+"""Qwen3's real tokenizer, built offline (gdro/models/qwen3.py), held to the real tokenizer's published ids."""
 
 from __future__ import annotations
 
 import pytest
 
 from gdro.data.benchmarks import MATH_SUFFIX
-from gdro.qwen3 import ADDED_TOKENS, VOCAB_ROWS, build_tokenizer
+from gdro.models.qwen3 import ADDED_TOKENS, VOCAB_ROWS, build_tokenizer
 
 # The three sequences of transformers' Qwen2 tokenizer integration test (tests/models/qwen2/
 # test_tokenization_qwen2.py, test_tokenizer_integration) and the ids the real Qwen tokenizer gives them there.

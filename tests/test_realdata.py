@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gdro.data.benchmarks import MATH_SUFFIX, load_benchmark
-from gdro.golds import ALT_SEP, BOXED
-from gdro.rewards import MathVerifyReward, last_boxed
+from gdro.grading.golds import ALT_SEP, BOXED
+from gdro.grading.rewards import MathVerifyReward, last_boxed
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("GDRO_REALDATA", REPO.parent / "shared" / "realdata"))
@@ -226,7 +226,7 @@ def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(
         assert joined.score(texts, [gold] * 4, [True] * 4).correct.tolist() == [False] * 4  # training: last box
         assert joined.for_eval().score(texts, [gold] * 4, [True] * 4).correct.tolist() == expected, file
     # gdro-rescore's scorer is the reward's evaluation form: a reward built with the key joins there too
-    from gdro.rescore import rescore
+    from gdro.evaluation.rescore import rescore
 
     problems, _ = load("olympiadbench.jsonl")
     (p,) = [p for p in problems if p.answer == "(1,1), (3,2)"]
@@ -236,7 +236,7 @@ def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(
     assert rescore(str(comp), bench)["olympiadbench"]["mean"] == 0.0
     assert rescore(str(comp), bench, reward=MathVerifyReward(eval_boxes="join"))["olympiadbench"]["mean"] == 100.0
     # and on the command line: gdro-rescore --boxes join
-    from gdro.rescore import main as rescore_main
+    from gdro.evaluation.rescore import main as rescore_main
 
     for boxes, verdict in (("last", False), ("join", True)):
         out = tmp_path / f"verdicts-{boxes}.jsonl"
@@ -363,7 +363,7 @@ def _strings(value) -> list[str]:
 
 
 def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
-    """The loader reads a gold's box with the reward's extractor (gdro.rewards.last_boxed) since #29. On every string
+    """The loader reads a gold's box with the reward's extractor (gdro.grading.rewards.last_boxed) since #29. On every string
     of every real file that holds a box (answers, and the solutions ``solution_key`` reads), both read the same, so
     no loaded gold changed (tests/test_benchmarks.py shows where the two differ: escaped braces)."""
     boxes = 0
@@ -377,7 +377,7 @@ def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
 
 
 def _rescore(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gdro.rescore", *args], check=False, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gdro.evaluation.rescore", *args], check=False, capture_output=True, text=True,
                           cwd=REPO, timeout=300)
 
 

@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from gdro.checkpoint import list_checkpoints
-from gdro.run import RENAMED_TARGETS, config_differences
-from gdro.tracking import read_metrics
+from gdro.run.checkpoint import list_checkpoints
+from gdro.run.lifecycle import RENAMED_TARGETS, config_differences
+from gdro.run.tracking import read_metrics
 from tests.test_resume import REPO, _env
 
 

@@ -13,12 +13,12 @@ from gdro import report
 from gdro.report import aggregate, bin_sort_key, find_runs, main, make_figures, mean_ci, t975, write_table
 
 TARGETS = {
-    "uniform": "gdro.samplers.UniformSampler",
-    "prompt-gdro": "gdro.samplers.PromptGDRO",
-    "fixed": "gdro.allocators.FixedAllocator",
-    "rollout-gdro": "gdro.allocators.RolloutGDRO",
-    "sqrt": "gdro.allocators.SqrtAllocator",
-    "oracle-levels": "gdro.samplers.OracleLevelSampler",
+    "uniform": "gdro.controllers.samplers.UniformSampler",
+    "prompt-gdro": "gdro.controllers.samplers.PromptGDRO",
+    "fixed": "gdro.controllers.allocators.FixedAllocator",
+    "rollout-gdro": "gdro.controllers.allocators.RolloutGDRO",
+    "sqrt": "gdro.controllers.allocators.SqrtAllocator",
+    "oracle-levels": "gdro.controllers.samplers.OracleLevelSampler",
 }
 BINS = ["0", "1", "10", "2", "unseen"]  # deliberately not in numeric order
 

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from gdro.build import ConfigError, build_trainer
-from gdro.checkpoint import list_checkpoints
-from gdro.tracking import read_metrics
+from gdro.run.checkpoint import list_checkpoints
+from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
 
 # 6 steps, an evaluation at steps 3 and 6, a checkpoint after every step; one thread so runs are bit-identical
@@ -33,7 +33,7 @@ CLI = [
 # optimizer.pt, before trainer.pt and the rename) -- a real kill at the worst moment.
 KILL_MID_WRITE = """
 import os, signal, sys
-import gdro.checkpoint as ck
+import gdro.run.checkpoint as ck
 _write = ck._write
 def _write_then_die(path, obj):
     if path.parent.name.startswith(".tmp-step_000004") and path.name == "trainer.pt":

@@ -2,7 +2,7 @@
 
 Real math-verify throughout: each case scores the same completions with ``fast_path=True`` and with
 ``fast_path=False`` (the pure math-verify path) on fresh instances and compares everything. Counting calls wraps
-the module-level ``parse``/``verify`` that ``gdro.rewards`` calls, delegating to the real functions. About 15 s on
+the module-level ``parse``/``verify`` that ``gdro.grading.rewards`` calls, delegating to the real functions. About 15 s on
 2 cores.
 """
 
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
-from gdro import rewards
 from gdro.data.synthetic import CopyTask
-from gdro.rewards import MathVerifyReward, RewardBatch, last_boxed, tail
+from gdro.grading import rewards
+from gdro.grading.rewards import MathVerifyReward, RewardBatch, last_boxed, tail
 from tests.conftest import compose_cfg
 
 SEED = 20250611
@@ -209,7 +209,7 @@ def test_ineligible_golds_never_take_the_fast_path():
 
 
 class _Calls:
-    """Counts calls of the module-level math-verify functions ``gdro.rewards`` uses; delegates to them."""
+    """Counts calls of the module-level math-verify functions ``gdro.grading.rewards`` uses; delegates to them."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.parse: list[str] = []

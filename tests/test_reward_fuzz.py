@@ -1,7 +1,7 @@
 """Seeded fuzz of the math-verify reward: adversarial completions never raise and stay within the time bound.
 
 Real math-verify in the main thread, where the reward's deadline applies. Each completion is scored in its own
-``score()`` call and timed: ``gdro.rewards`` documents at most ``2 * timeout_s`` per completion (3x with a
+``score()`` call and timed: ``gdro.grading.rewards`` documents at most ``2 * timeout_s`` per completion (3x with a
 gold's first parse) plus milliseconds; asserted with slack as ``2 * (2 * timeout_s) + 1 s``, which only a
 deadline that fails to fire (a hang) can exceed. (The project's tests otherwise never assert on wall-clock
 time; this bound is the reward's contract, measured here under 1 s worst case against 3 s.) About 20 s on
@@ -16,7 +16,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from gdro.rewards import MathVerifyReward, RewardBatch
+from gdro.grading.rewards import MathVerifyReward, RewardBatch
 
 SEED = 20240608
 TIMEOUT_S = 0.5
@@ -233,5 +233,5 @@ def test_exponents_below_the_limit_are_still_scored_by_math_verify():
     r = MathVerifyReward(timeout_s=5.0)
     b = r.score(["\\boxed{2E5}", "\\boxed{1E3}", "\\boxed{3E99999}", "\\boxed{2e852868}"],
                 ["200000", "1000", "5", "5"], [True] * 4)
-    # 2e852868 is a Python float (gdro.golds): 2 x 10^852868, too large to verify
+    # 2e852868 is a Python float (gdro.grading.golds): 2 x 10^852868, too large to verify
     assert b.correct.tolist() == [True, True, False, False] and b.n_timeout == 1

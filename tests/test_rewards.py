@@ -21,8 +21,8 @@ import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gdro import rewards
-from gdro.rewards import MathVerifyReward, RewardBatch, RewardConfig, _digits, last_boxed, tail
+from gdro.grading import rewards
+from gdro.grading.rewards import MathVerifyReward, RewardBatch, RewardConfig, _digits, last_boxed, tail
 
 
 @pytest.fixture(scope="module")
@@ -504,7 +504,7 @@ def test_exception_while_scoring_is_counted_as_error_logged_once_and_cached(monk
     r = MathVerifyReward(correct=1.0, incorrect=-1.0, fast_path=False)  # math-verify's path (and its guard) only
     texts = ["\\boxed{0.0}", "\\boxed{-0.0}", "\\boxed{4}", "\\boxed{0.5}", "no box"]
     golds = ["0", "0", "4", "\\frac{1}{2}", "4"]
-    with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
+    with caplog.at_level(logging.WARNING, logger="gdro.grading.rewards"):
         first = r.score(texts, golds, [True] * 5)
         second = r.score(texts, golds, [True] * 5)
     for b in (first, second):  # the second from the cache: counted the same, guard not run again
@@ -514,7 +514,7 @@ def test_exception_while_scoring_is_counted_as_error_logged_once_and_cached(monk
         m = r.metrics(b)
         assert m["reward/error_frac"] == 0.4 and m["reward/unparsable_frac"] == 0.2
     assert len(calls) == 4
-    logged = [rec.getMessage() for rec in caplog.records if rec.name == "gdro.rewards"]
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "gdro.grading.rewards"]
     assert len(logged) == 1  # once per exception type
     assert "ValueError" in logged[0] and "math domain error" in logged[0] and "\\\\boxed{0.0}" in logged[0]
 
@@ -583,7 +583,7 @@ class _Unformattable(str):
 
 def test_gold_parse_exception_counts_as_bad_gold(caplog):
     r = MathVerifyReward(fast_path=False)  # (the fast paths never parse a plain-integer gold)
-    with caplog.at_level(logging.WARNING, logger="gdro.rewards"):
+    with caplog.at_level(logging.WARNING, logger="gdro.grading.rewards"):
         b = r.score(["\\boxed{5}", "\\boxed{4}"], [_Unformattable("5"), "4"], [True, True])
     assert b.correct.tolist() == [False, True] and b.n_bad_gold == 1 and b.n_error == 0
     assert r.parse_gold(_Unformattable("5")) == []
@@ -681,7 +681,7 @@ def test_arbitrary_text_gives_a_valid_batch(texts):
 def test_deadline_counts_cpu_time_not_wall_time():
     """The time bound is on the scoring thread's CPU time: on a busy machine the wall clock runs while the parse
     does not, and a verdict must not depend on that. Waiting (no CPU) is never interrupted; computing is."""
-    from gdro.rewards import _Deadline, _deadline
+    from gdro.grading.rewards import _Deadline, _deadline
 
     with _deadline(0.05):
         time.sleep(0.3)  # six deadlines of wall time, almost no CPU time

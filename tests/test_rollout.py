@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine

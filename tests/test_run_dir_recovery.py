@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from gdro.cli import EXIT_IN_USE, EXIT_IO_ERROR
-from gdro.rundir import LOCK_NAME
-from gdro.tracking import read_metrics
+from gdro.run.lock import LOCK_NAME
+from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env, _wait_for_checkpoint
 from tests.test_run_safety import _cmd, _lines, _namespaces_work, _run, _status
 from tests.test_rundir import _zombie

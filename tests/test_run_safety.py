@@ -20,9 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gdro.checkpoint import FINAL_MARKER, list_checkpoints
 from gdro.cli import EXIT_IN_USE, EXIT_IO_ERROR
-from gdro.tracking import read_metrics
+from gdro.run.checkpoint import FINAL_MARKER, list_checkpoints
+from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env
 from tests.test_rundir import _holder
 
@@ -169,7 +169,7 @@ elif point == "before-tokenizer":  # config and weights written, the tokenizer n
         return save_tok(self, path, *a, **k)
     PreTrainedTokenizerBase.save_pretrained = tok
 elif point == "before-flush":  # every file written, none flushed, nothing renamed
-    import gdro.checkpoint as ck
+    import gdro.run.checkpoint as ck
     flush = ck._fsync_tree
     ck._fsync_tree = lambda root: die() if final(root) else flush(root)
 elif point == "at-rename":  # flushed; an existing final renamed aside, the new one not yet in place

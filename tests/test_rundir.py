@@ -1,9 +1,9 @@
-"""The run-dir lock (gdro.rundir) against real processes: a holder in another process, killed or alive, waited for;
+"""The run-dir lock (gdro.run.lock) against real processes: a holder in another process, killed or alive, waited for;
 and a start of gdro-train or gdro-eval on a held or uncreatable dir refused in one line before anything is touched.
 
-The holders are small Python processes that import only gdro.rundir (no torch): the lock is a kernel lock between
+The holders are small Python processes that import only gdro.run.lock (no torch): the lock is a kernel lock between
 processes, so a second holder in the test's own process would prove nothing (POSIX locks do not conflict within one
-process, which is why gdro.rundir.hold re-enters)."""
+process, which is why gdro.run.lock.hold re-enters)."""
 
 from __future__ import annotations
 
@@ -18,13 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from gdro import cli, evaluator, ioerrors, rundir
-from gdro.rundir import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
+from gdro import cli
+from gdro.evaluation import evaluator
+from gdro.run import ioerrors
+from gdro.run import lock as rundir
+from gdro.run.lock import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
 from tests.conftest import FAST, REPO
 
 HOLDER = """
 import sys, time
-from gdro.rundir import RunDirLock
+from gdro.run.lock import RunDirLock
 lock = RunDirLock(sys.argv[1], heartbeat_s=0.2).acquire()
 if len(sys.argv) > 3:
     lock.defer({"status": "failed", "error": sys.argv[3]})
@@ -38,7 +41,7 @@ lock.release()
 # `busy` (a long step: no write for a while), a check before each of its writes (every 50 ms); stops as gdro-train.
 RUN_LIKE = """
 import sys, time
-from gdro.rundir import RunDirLock, RunDirLost
+from gdro.run.lock import RunDirLock, RunDirLost
 lock = RunDirLock(sys.argv[1]).acquire()
 print("held", flush=True)
 deadline = time.monotonic() + float(sys.argv[2])
@@ -65,7 +68,7 @@ def _holder(run_dir: Path, seconds: float, *extra: str, script: str = HOLDER) ->
 
 def _refused(run_dir: Path) -> bool:
     """Whether another process (a fresh one) is refused the lock now."""
-    code = f"from gdro.rundir import RunDirLock\nRunDirLock({str(run_dir)!r}).acquire()"
+    code = f"from gdro.run.lock import RunDirLock\nRunDirLock({str(run_dir)!r}).acquire()"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)},
                          capture_output=True, text=True, timeout=60, check=False)
     return "RunDirLocked" in out.stderr

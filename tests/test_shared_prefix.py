@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from gdro.loss import GRPOLoss, grpo_loss
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import (
     Forward,
     OptimConfig,
@@ -461,7 +461,7 @@ def test_pruned_generation_samples_the_same_distribution(tiny):
     the share of correct answers and the mean length with and without pruning agree within sampling noise
     (4 standard errors)."""
     from gdro.data.synthetic import CopyTask
-    from gdro.rewards import MathVerifyReward
+    from gdro.grading.rewards import MathVerifyReward
 
     model, tok = tiny
     probs = CopyTask().train()[:48]

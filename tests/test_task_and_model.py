@@ -18,9 +18,9 @@ import torch
 
 from gdro.data.synthetic import CopyTask, copy_completion, from_hf_dataset, to_hf_dataset
 from gdro.interfaces import Problem
-from gdro.models import TINY_DIR, ModelSpec, ModelUnavailableError, load_model
-from gdro.prompts import format_prompt
-from gdro.tiny import build_tiny, build_tokenizer, chat_affixes, encode_sft_batch
+from gdro.models.loading import TINY_DIR, ModelSpec, ModelUnavailableError, load_model
+from gdro.models.prompts import format_prompt
+from gdro.models.tiny import build_tiny, build_tokenizer, chat_affixes, encode_sft_batch
 
 SMALL = CopyTask(train_size=3000)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from gdro.build import build_trainer
-from gdro.tracking import read_metrics
+from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
 
 REQUIRED = [
@@ -110,7 +110,7 @@ def test_any_causal_lm_trains(tmp_path: Path):
     """Not only Qwen3: a GPT-2 (learned absolute positions) built locally goes through the same path."""
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from gdro.tiny import build_tokenizer
+    from gdro.models.tiny import build_tokenizer
 
     tok = build_tokenizer()
     cfg = GPT2Config(vocab_size=len(tok), n_positions=64, n_embd=32, n_layer=1, n_head=2,

@@ -16,8 +16,9 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from gdro import cli, evaluator
-from gdro.models import TINY_DIR, ModelSpec, load_model, shape_problem
+from gdro import cli
+from gdro.evaluation import evaluator
+from gdro.models.loading import TINY_DIR, ModelSpec, load_model, shape_problem
 from tests.conftest import FAST
 from tests.test_user_errors import EVAL, _main
 

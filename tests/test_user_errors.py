@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gdro import cli, evaluator, report
+from gdro import cli, report
 from gdro.build import build_trainer
-from gdro.models import TINY_DIR
+from gdro.evaluation import evaluator
+from gdro.models.loading import TINY_DIR
 from tests.conftest import FAST, compose_cfg
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"

@@ -27,7 +27,7 @@ pytest.importorskip("vllm")
 from conftest import compose_cfg
 
 from gdro.build import build_trainer
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
@@ -183,7 +183,7 @@ def test_twenty_training_steps_behave_like_the_hf_engine(tmp_path: Path):
 
 # ---------------------------------------------------------------------------------------------------- gdro-eval
 def _eval(tmp_path: Path, overrides: list[str]) -> tuple[dict, dict]:
-    from gdro.evaluator import run_eval
+    from gdro.evaluation.evaluator import run_eval
     from tests.test_evaluator import compose_eval
 
     metrics = run_eval(compose_eval(overrides), tmp_path)
@@ -286,7 +286,7 @@ def test_closing_the_engine_leaves_a_process_group_it_found(tmp_path: Path):
 import os, torch, torch.distributed as tdist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29517", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 tdist.init_process_group("gloo")
-from gdro.models import ModelSpec, load_model
+from gdro.models.loading import ModelSpec, load_model
 from gdro.rollout.vllm import VLLMEngineConfig, VLLMGenerator
 from gdro.rollout import make_engine
 spec = ModelSpec("tiny", max_prompt_len=64, max_new_tokens=16)

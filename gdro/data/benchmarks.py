@@ -32,13 +32,13 @@ Row shapes real copies use (each tested on a real file):
 * **list golds** (OlympiadBench's ``final_answer``): ``list_answers="auto"`` (default) reads a one-element list
   as its element and a longer one as the parts of one answer (joined ``", "``) when the row's
   ``multiple_answer_key`` column (``is_multiple_answer``) is true or absent, and as *alternatives* (any one is
-  correct; joined by :data:`gdro.golds.ALT_SEP`) when it is false; ``"all"`` / ``"any"`` force one reading;
+  correct; joined by :data:`gdro.grading.golds.ALT_SEP`) when it is false; ``"all"`` / ``"any"`` force one reading;
 * **GPQA**: a row is kept when its correct option differs from every incorrect one; two incorrect options that
   repeat each other (2 rows of GPQA-Diamond) are both shown.
 
-Golds are prepared once at load (:func:`gdro.golds.prepare_golds`, no time bound): the report counts those read
+Golds are prepared once at load (:func:`gdro.grading.golds.prepare_golds`, no time bound): the report counts those read
 by gdro's rules and names those math-verify cannot read (compared as normalised text), and
-:meth:`gdro.rewards.MathVerifyReward.use_golds` takes the table, so scoring never re-parses a gold. Every
+:meth:`gdro.grading.rewards.MathVerifyReward.use_golds` takes the table, so scoring never re-parses a gold. Every
 field of a :class:`BenchmarkSpec` can be overridden per call: ``load_benchmark("amc23",
 question_keys=("problem",))``. Column names confirmed and unconfirmed are listed per entry in
 :data:`BENCHMARKS`.
@@ -66,9 +66,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from gdro.golds import ALT_SEP, BOXED, GoldTable, prepare_golds
+from gdro.grading.golds import ALT_SEP, BOXED, GoldTable, prepare_golds
+from gdro.grading.rewards import last_boxed
 from gdro.interfaces import Problem
-from gdro.rewards import last_boxed
 
 MATH_SUFFIX = " Let's think step by step and output the final answer within \\boxed{}."
 GPQA_TEMPLATE = (
@@ -230,7 +230,7 @@ class LoadReport:
     skipped_rows: list[tuple[int, str]] = field(default_factory=list)
     # per local JSON-lines file with malformed lines: (how many, the first few 1-based line numbers)
     malformed_lines: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
-    golds: GoldTable = field(default_factory=GoldTable)  # the kept problems' golds, prepared once (gdro.golds)
+    golds: GoldTable = field(default_factory=GoldTable)  # the kept problems' golds, prepared once (gdro.grading.golds)
 
     @property
     def n_skipped(self) -> int:
@@ -319,11 +319,11 @@ _DOLLARS = re.compile(r"^\$+(.*?)\$+$", re.DOTALL)
 def normalize_gold(value: Any, list_answers: Literal["all", "any"] = "all") -> str:
     """A gold answer as a math-verify gold string, or :class:`MalformedRow`.
 
-    Strings: the content of the last ``\\boxed{}`` if there is one (:func:`gdro.rewards.last_boxed`, as the reward
+    Strings: the content of the last ``\\boxed{}`` if there is one (:func:`gdro.grading.rewards.last_boxed`, as the reward
     reads a completion's), then surrounding ``$...$`` removed.
     Integers (MathArena stores AIME answers as int64) and finite floats (integral ones without ``.0``) are
     formatted. A list of strings (OlympiadBench ``final_answer``) is joined with ``", "`` as the parts of one
-    answer (``list_answers="all"``) or with :data:`gdro.golds.ALT_SEP` as alternatives (``"any"``). Anything
+    answer (``list_answers="all"``) or with :data:`gdro.grading.golds.ALT_SEP` as alternatives (``"any"``). Anything
     else (bool, dict, NaN, ...) is malformed.
     """
     if value is None:

@@ -3,7 +3,7 @@
 A loss owns both halves of what GRPO-like methods disagree on, so a new one is one file and one option file:
 
 * ``advantages(rewards, group_index, num_groups)``: the step's ``(N,)`` advantages from the rewards and each
-  response's group (prompt), over *ragged* groups (gdro/advantages.py segment ops; Eq. 3 for GRPO). The
+  response's group (prompt), over *ragged* groups (gdro/loss/advantages.py segment ops; Eq. 3 for GRPO). The
   trainer then multiplies them by Prompt-GDRO's positive multipliers (Eq. 16) before the update.
 * ``compute(batch, counts)``: the loss of one micro-batch (``LossInputs``), divided by denominators taken from
   the whole mini-batch's ``BatchCounts``, so that the micro-batch losses, gradients and statistics *sum* to

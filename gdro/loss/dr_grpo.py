@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.advantages import group_advantages
+from gdro.loss.advantages import group_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.advantages import group_advantages
+from gdro.loss.advantages import group_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import (
     _LOG_RATIO_CLAMP,

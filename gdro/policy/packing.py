@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.models import autocast_context
+from gdro.models.loading import autocast_context
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS, completion_token_logprobs, split_head, vocab_size
 from gdro.policy.layouts import net_states
 from gdro.rollout.base import RolloutBatch

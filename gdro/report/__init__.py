@@ -115,7 +115,7 @@ class _Parser(argparse.ArgumentParser):
 def main(argv: list[str] | None = None) -> int:
     """Console script ``gdro-report``: a usage error is one line (status 2), an unwritable ``--out`` or a full disk
     one line naming the path (status 74); ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
-    from gdro.ioerrors import is_environment_error, one_line
+    from gdro.run.ioerrors import is_environment_error, one_line
 
     try:
         return _main(argv)
@@ -144,7 +144,7 @@ def _parser() -> _Parser:
 
 
 def _main(argv: list[str] | None) -> int:
-    from gdro.ioerrors import check_creatable
+    from gdro.run.ioerrors import check_creatable
 
     ap = _parser()
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """The paper's Table 1 from the gdro-eval results kept in run dirs, and the report into the sweep's W&B group.
 
 ``gdro-eval checkpoint=<run>/checkpoint out=<run>/eval`` leaves ``eval.json`` in the run dir; gdro-report then lays
-those out as Table 1 (:mod:`gdro.paper_table`: six mean@8 columns, their average, pooled pass@8), one row per method
+those out as Table 1 (:mod:`gdro.report.paper_table`: six mean@8 columns, their average, pooled pass@8), one row per method
 (the mean over its seeds), with the paper's rows for the nearest Qwen3 size beside them (``table1.md``).
 
 ``--wandb`` logs the report to W&B as a run of ``job_type="report"`` in the sweep's group (the group gdro-train
@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro import paper_table
+from gdro.report import paper_table
 from gdro.report.runs import Run, _groups
 
 EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
@@ -73,7 +73,7 @@ def log_to_wandb(sweep_dir: Path, out: Path, runs: list[Run], files: list[Path])
     URL."""
     import wandb
 
-    from gdro.tracking import resolve_wandb_mode
+    from gdro.run.tracking import resolve_wandb_mode
 
     logger_cfg = runs[0].config.get("logger", {}) if runs else {}
     group = logger_cfg.get("group") or Path(sweep_dir).resolve().name

@@ -32,7 +32,7 @@ def make_engine(engine_cfg: Any, model: torch.nn.Module, tokenizer, spec, *,
                 policy_sharded: bool = False) -> Generator:
     """The rollout engine for ``engine_cfg`` sampling from ``model`` (on its device).
 
-    ``spec`` is the model's :class:`gdro.models.ModelSpec`: its ``use_chat_template`` and ``max_prompt_len`` say how
+    ``spec`` is the model's :class:`gdro.models.loading.ModelSpec`: its ``use_chat_template`` and ``max_prompt_len`` say how
     prompts are encoded and which are too long. An unsupported ``engine_cfg`` type is a ``ValueError``.
 
     Whether the engine needs its own weights is decided here: vLLM always holds its own (loaded from ``spec``'s

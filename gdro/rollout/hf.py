@@ -27,8 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from gdro.models import autocast_context, cache_kwarg
-from gdro.prompts import encode_prompts
+from gdro.models.loading import autocast_context, cache_kwarg
+from gdro.models.prompts import encode_prompts
 from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups, left_pad
 
 

@@ -1,11 +1,11 @@
 """vLLM rollout engine (``rollout=vllm``): an in-process ``vllm.LLM`` behind the same ``Generator`` protocol.
 
-The engine is built from the policy's checkpoint directory (``gdro.models.resolve_path(spec.name_or_path)``) and is
+The engine is built from the policy's checkpoint directory (``gdro.models.loading.resolve_path(spec.name_or_path)``) and is
 immediately synced to the in-memory policy, so a resumed or already-updated policy is what it samples from. After each
 update the trainer calls :meth:`VLLMGenerator.sync_weights`, which pushes ``model.state_dict()`` into the running
 engine (``collective_rpc("reload_weights")``) without a restart.
 
-Prompts are encoded by :func:`gdro.prompts.encode_prompts` (the HF engine's chat template handling) and passed as
+Prompts are encoded by :func:`gdro.models.prompts.encode_prompts` (the HF engine's chat template handling) and passed as
 token ids, so both engines see identical prompt tokens. Ragged ``n``: one request per prompt with ``n=n[g]`` and its
 own seed, derived from the call's ``seed`` and the prompt's index ``g`` — a prompt's samples do not depend on the other
 prompts of the call. vLLM samples differ from HF samples for the same seed (different samplers).
@@ -276,7 +276,7 @@ def _per_process_engine() -> dict[str, Any]:
     processes). One process: nothing changes."""
     import torch.distributed as tdist
 
-    from gdro.models import process_device
+    from gdro.models.loading import process_device
 
     if not (tdist.is_available() and tdist.is_initialized() and tdist.get_world_size() > 1):
         return {}
@@ -285,8 +285,8 @@ def _per_process_engine() -> dict[str, Any]:
 
 
 def make_vllm_engine(cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, spec) -> VLLMGenerator:
-    """The vLLM engine for the policy ``model`` loaded from ``spec`` (a :class:`gdro.models.ModelSpec`)."""
-    from gdro.models import resolve_path
+    """The vLLM engine for the policy ``model`` loaded from ``spec`` (a :class:`gdro.models.loading.ModelSpec`)."""
+    from gdro.models.loading import resolve_path
 
     return VLLMGenerator(
         cfg, model, tokenizer, model_path=resolve_path(spec.name_or_path), use_chat_template=spec.use_chat_template,

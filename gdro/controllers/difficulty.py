@@ -7,7 +7,7 @@ records how many of the rollouts it drew were correct. The estimate is either
   ``c_s = 1{correct_s > 0}`` (paper Eq. 10 with "available history" for new prompts). Its scale is
   pass@(rollouts per visit), e.g. pass@4 with n = 4, not pass@8.
 * ``unbiased_passk`` (the paper's ``k``): pass@k from all correct/total rollouts pooled over the window
-  (``gdro.bins.passk_from_window``), meaningful even when a visit draws fewer than ``k`` rollouts.
+  (``gdro.controllers.bins.passk_from_window``), meaningful even when a visit draws fewer than ``k`` rollouts.
 
 The estimate is binned with edges (Eq. 11) and hysteresis ``delta`` relative to the stored bin (L227). Bins read
 at step t come from history up to step t-1: ``bins()`` is a pure read and only ``update()``/``record()`` change them.
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from gdro.bandit import bin_means
-from gdro.bins import hysteresis_bins, make_edges, passk_from_window
-from gdro.budget import weighted_se
+from gdro.controllers.bandit import bin_means
+from gdro.controllers.bins import hysteresis_bins, make_edges, passk_from_window
+from gdro.controllers.budget import weighted_se
 from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 
 __all__ = ["ESTIMATORS", "UNSEEN_POLICIES", "OnlineDifficultyClassifier"]

@@ -35,8 +35,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 from gdro.data.benchmarks import BENCHMARKS, MATH_SUFFIX, DataFileError, load_benchmark, read_json_lines
+from gdro.grading.rewards import EVAL_BOXES, MathVerifyReward, RewardConfig
 from gdro.interfaces import Problem
-from gdro.rewards import EVAL_BOXES, MathVerifyReward, RewardConfig
 
 TEXT_KEYS = ("completion", "response")
 LIST_KEYS = ("completions", "responses")

@@ -7,17 +7,17 @@ plain-expression extraction over that same tail.
 Training and evaluation read a completion differently, on purpose. Training keeps the official code's window
 (``tail_chars: 300``: verl's ``math_dapo`` reads the last 300 characters), a deliberate part of the paper's reward;
 ``tail_chars: null`` reads the whole completion. Evaluation (:meth:`MathVerifyReward.for_eval`, used by
-:func:`gdro.evaluation.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
+:func:`gdro.evaluation.heldout.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
 final box followed by a check of it, in text or code, is not dropped (34 such boxes in one real set of 7,565).
 With ``eval_boxes: join`` evaluation also reads a gold of several items from the boxes that end the completion,
 joined as math-verify's own extraction joins them (``\\boxed{(2,2)}`` and ``\\boxed{(6,2)}`` for ``(2,2),(6,2)``);
 training and the default read the last box only (:meth:`MathVerifyReward._boxed_answer`).
 
-Answers and golds are read by gdro's rules before math-verify (:mod:`gdro.golds`): Python/scientific floats
+Answers and golds are read by gdro's rules before math-verify (:mod:`gdro.grading.golds`): Python/scientific floats
 (``4.5e33``) are their value, ``-1./3`` is ``-1/3``, a percent sign on either side accepts both readings
 (``x%`` ≡ ``x`` ≡ ``x/100``), a relation is read from its right-hand side, a gold math-verify cannot read is
 compared as normalised text and reported. **Golds are prepared once with no time bound** (:meth:`use_golds`
-takes a loader's :class:`~gdro.golds.GoldTable`; a gold met first while scoring is prepared then, unbounded), so
+takes a loader's :class:`~gdro.grading.golds.GoldTable`; a gold met first while scoring is prepared then, unbounded), so
 a verdict never depends on how loaded the machine was when a long gold was parsed. A completion that hit the length limit without EOS scores
 as incorrect when ``require_eos`` is set (tiny models otherwise learn to fill the window with guesses).
 
@@ -114,7 +114,7 @@ from latex2sympy2_extended.math_normalization import extract_boxed_content
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy.matrices import MatrixBase
 
-from gdro.golds import (
+from gdro.grading.golds import (
     ALT_SEP,
     BOXED,
     PLAIN_INT,
@@ -154,7 +154,7 @@ _PLAIN_INT = PLAIN_INT  # integers math-verify compares exactly (fast reject pat
 # A decimal literal with an E exponent of 6+ digits ("2E852868", "1.5E+900000", "2E-852868"): sympy turns it into an
 # exact number in one C call that the deadline cannot interrupt (measured 6-28 s; one such answer cost a training
 # step 22 s). Its exact value needs more than _MAX_DIGITS digits, so it scores as the magnitude guard would have it.
-_HUGE_EXPONENT = re.compile(r"[0-9][eE][+-]?0*[1-9][0-9]{5,}")  # (a lowercase e too: gdro.golds reads it as 10^)
+_HUGE_EXPONENT = re.compile(r"[0-9][eE][+-]?0*[1-9][0-9]{5,}")  # (a lowercase e too: gdro.grading.golds reads it as 10^)
 _LEADING_TOKEN = re.compile(r"^\S*")
 _LATEX_ONLY = (LatexExtractionConfig(boxed_match_priority=0),)
 _LATEX_AND_EXPR = (LatexExtractionConfig(), ExprExtractionConfig())
@@ -441,7 +441,7 @@ class MathVerifyReward:
         self.config = config if config is not None else RewardConfig(**kwargs)
         self._extraction = _LATEX_ONLY if self.config.answer_mode == "boxed" else _LATEX_AND_EXPR
         self._results: OrderedDict[tuple[str, str], tuple[str, bool]] = OrderedDict()
-        self._golds: OrderedDict[str, Gold] = OrderedDict()  # prepared once, unbounded (gdro.golds)
+        self._golds: OrderedDict[str, Gold] = OrderedDict()  # prepared once, unbounded (gdro.grading.golds)
         self._fast_golds: OrderedDict[str, bool] = OrderedDict()  # gold -> eligible for the fast path
         self.fast_hits = 0  # completions scored correct by the exact-match fast path (no math-verify call)
         self.fast_rejects = 0  # completions scored incorrect by the integer fast path (no math-verify call)
@@ -517,7 +517,7 @@ class MathVerifyReward:
         return self.prepare(gold).parsed
 
     def prepare(self, gold: str) -> Gold:
-        """The gold prepared once with **no time bound** (:func:`gdro.golds.prepare_gold`), cached.
+        """The gold prepared once with **no time bound** (:func:`gdro.grading.golds.prepare_gold`), cached.
 
         A gold is data, not model text: a long one must not be counted as bad because its parse met a busy
         machine. An exception while reading it is logged and the gold counts as bad (``parsed == []``).
@@ -623,7 +623,7 @@ class MathVerifyReward:
         """(status, correct) of one extracted answer text against a prepared gold; cached per (answer, gold).
 
         A gold math-verify cannot read (reported when prepared) is compared with the last box as normalised
-        text (:func:`gdro.golds.normalize_text`), each alternative apart; in ``"any"`` mode by math-verify.
+        text (:func:`gdro.grading.golds.normalize_text`), each alternative apart; in ``"any"`` mode by math-verify.
         """
         key = (answer, gold)
         hit = self._results.get(key)
@@ -642,7 +642,7 @@ class MathVerifyReward:
         return result
 
     def _read_answer(self, answer: str) -> list:
-        """math-verify's parse of an answer by gdro's rules (:mod:`gdro.golds`): the last box's content in
+        """math-verify's parse of an answer by gdro's rules (:mod:`gdro.grading.golds`): the last box's content in
         ``"boxed"`` mode (percent, Python numbers, relations), the tail's numbers rewritten in ``"any"`` mode."""
 
         def parse_fn(text: str) -> list:
@@ -656,7 +656,7 @@ class MathVerifyReward:
         """Parse + magnitude guard, then verify, each under its own deadline (may raise ``_Deadline``).
 
         An e-notation gold (:attr:`Gold.measured`) also accepts a number that rounds to it at its significant
-        figures (:func:`gdro.golds.agree_at_figures`), where math-verify's exact comparison says no.
+        figures (:func:`gdro.grading.golds.agree_at_figures`), where math-verify's exact comparison says no.
         """
 
         if _HUGE_EXPONENT.search(answer):

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro.bandit import bin_means, ema, exp_weights, mixed_distribution
+from gdro.controllers.bandit import bin_means, ema, exp_weights, mixed_distribution
 from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 MODES = ("reweight", "resample")

@@ -47,7 +47,7 @@ read. These rules run before math-verify, on a gold and on the content of an ans
 * **Alternatives**: a gold holding several acceptable answers (a list gold whose row says it is not a multi-part
   answer) is stored as the alternatives joined by :data:`ALT_SEP`; any one of them matches.
 
-Golds are prepared **once, with no time bound** (:func:`prepare_golds`, and :class:`~gdro.rewards.MathVerifyReward`
+Golds are prepared **once, with no time bound** (:func:`prepare_golds`, and :class:`~gdro.grading.rewards.MathVerifyReward`
 for golds it meets first while scoring): a gold is data, not model text, and a long one (a Minerva gold takes up to
 1 s cold) must not be counted as bad because the machine was busy. Model text keeps the reward's time bound.
 """

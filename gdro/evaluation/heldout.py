@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gdro.passk import pass_at_k
+from gdro.grading.passk import pass_at_k
 from gdro.rollout.base import Generator, SamplingParams
 
 

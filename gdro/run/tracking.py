@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdro.ioerrors import named_io
+from gdro.run.ioerrors import named_io
 
 log = logging.getLogger(__name__)
 

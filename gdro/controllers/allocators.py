@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from gdro.bandit import bin_means, mixed_distribution
-from gdro.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
+from gdro.controllers.bandit import bin_means, mixed_distribution
+from gdro.controllers.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
 from gdro.interfaces import SIGNALS, BinSpec, StepFeedback
 
 

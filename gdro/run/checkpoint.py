@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from gdro.ioerrors import named_io
+from gdro.run.ioerrors import named_io
 
 FORMAT_VERSION = 1
 CKPT_ROOT = "checkpoints"

@@ -1,6 +1,6 @@
 """Exponential-weights adversary over difficulty bins: the pure math of Prompt-GDRO (paper Eq. 12–16).
 
-Functions only, numpy only, no state: the stateful controller lives in ``gdro.samplers.PromptGDRO``.
+Functions only, numpy only, no state: the stateful controller lives in ``gdro.controllers.samplers.PromptGDRO``.
 Bins are indexed ``0..B-1`` (bin 0 = hardest, as in the classifier).
 """
 

@@ -5,7 +5,7 @@
 
 Everything that writes the run dir lives here, so the algorithm never does:
 
-* **the lock** (gdro.rundir): taken by the entry point before Hydra starts (gdro.cli); every write of the run
+* **the lock** (gdro.run.lock): taken by the entry point before Hydra starts (gdro.cli); every write of the run
   first checks that the dir is still ours (``check_held``), and how an attempt ended waits in the lock when the
   disk refuses run.json (``defer``), until a start records it (``settle``);
 * **the run record**: run.json (:func:`open_run_dir`: a fresh one, the resumed run's with a ``resumes`` entry, or an
@@ -13,7 +13,7 @@ Everything that writes the run dir lives here, so the algorithm never does:
   the run dir, then ``completed``, ``interrupted`` or ``failed``: :meth:`Run.fit`);
 * **resume**: :func:`resume_point` -- the latest checkpoint, if the config may continue it (:func:`config_differences`);
 * **checkpoints**: periodic, at the end and on a signal (:meth:`Run.checkpoint`, what
-  :meth:`~gdro.trainer.Trainer.state_dict` returns, written atomically by gdro.checkpoint), and the final policy
+  :meth:`~gdro.trainer.Trainer.state_dict` returns, written atomically by gdro.run.checkpoint), and the final policy
   (:meth:`Run.save_final`);
 * **stop signals**: :class:`StopRequest` (SIGTERM / SIGINT: finish the step, save, raise :class:`Interrupted`);
 * **the metrics logger**: metrics.jsonl and W&B (:func:`open_logger`; a resume cuts it back to its checkpoint).
@@ -42,7 +42,9 @@ from tqdm.auto import tqdm
 
 # gdro.trainer.save_checkpoint: where tests inject a fault at a checkpoint's write (looked up at each write)
 from gdro import trainer as trainer_module
-from gdro.checkpoint import (
+from gdro.distributed import Dist, SilentLogger
+from gdro.interfaces import MetricLogger
+from gdro.run.checkpoint import (
     CKPT_ROOT,
     FINAL_DIR,
     FINAL_MARKER,
@@ -57,11 +59,9 @@ from gdro.checkpoint import (
     save_checkpoint,  # noqa: F401 (gdro.trainer.save_checkpoint resolves to it)
     step_dirname,
 )
-from gdro.distributed import Dist, SilentLogger
-from gdro.interfaces import MetricLogger
-from gdro.ioerrors import named_io
-from gdro.rundir import check_held, held
-from gdro.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
+from gdro.run.ioerrors import named_io
+from gdro.run.lock import check_held, held
+from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig
 from gdro.validate import ConfigError, component_class, field_default
 
@@ -210,7 +210,7 @@ class Run:
         """This attempt is about to change the run dir: run.json says ``running`` from here on (and holds what an
         earlier attempt left in the lock because its disk was full)."""
         if self.record is not None and not self._began:
-            check_held(self.dir)  # (each write to the run dir first checks that it is still ours: gdro.rundir)
+            check_held(self.dir)  # (each write to the run dir first checks that it is still ours: gdro.run.lock)
             self.record.begin(last_step=step)
             lock = held(self.dir)
             if lock is not None:
@@ -266,7 +266,7 @@ class Run:
 
     def save_final(self, trainer: Trainer) -> None:
         """The final policy in ``<run_dir>/checkpoint``, a HF model dir (:meth:`~gdro.trainer.Trainer.save`), written
-        like the training checkpoints (gdro.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill
+        like the training checkpoints (gdro.run.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill
         at any moment leaves the previous one or the new one, and a rerun finishes a save that was cut."""
         final = self.dir / FINAL_DIR
         if not self.dist.main:
@@ -344,6 +344,29 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 # component classes gdro renamed, old ``_target_`` -> new: a checkpoint written before the rename still resumes
 RENAMED_TARGETS = {"gdro.loss.LossConfig": "gdro.loss.grpo.GRPOLoss"}  # #29: the loss seam
+# #29: the package layout moved these modules; a ``_target_`` in one of them is read at its new home
+MOVED_MODULES = {
+    "gdro.allocators": "gdro.controllers.allocators", "gdro.bandit": "gdro.controllers.bandit",
+    "gdro.bins": "gdro.controllers.bins", "gdro.budget": "gdro.controllers.budget",
+    "gdro.difficulty": "gdro.controllers.difficulty", "gdro.oracle": "gdro.controllers.oracle",
+    "gdro.samplers": "gdro.controllers.samplers", "gdro.rewards": "gdro.grading.rewards",
+    "gdro.golds": "gdro.grading.golds", "gdro.passk": "gdro.grading.passk", "gdro.rundir": "gdro.run.lock",
+    "gdro.tracking": "gdro.run.tracking", "gdro.checkpoint": "gdro.run.checkpoint",
+    "gdro.ioerrors": "gdro.run.ioerrors", "gdro.seeding": "gdro.run.seeding", "gdro.models": "gdro.models.loading",
+    "gdro.tiny": "gdro.models.tiny", "gdro.qwen3": "gdro.models.qwen3", "gdro.prompts": "gdro.models.prompts",
+    "gdro.evaluation": "gdro.evaluation.heldout", "gdro.advantages": "gdro.loss.advantages",
+}
+
+
+def renamed_target(target: Any) -> Any:
+    """``target`` as today's gdro names it: a renamed class (:data:`RENAMED_TARGETS`), or a class of a module the
+    layout moved (:data:`MOVED_MODULES`) read at its new home. Anything else is returned as it is."""
+    if not isinstance(target, str):
+        return target
+    if target in RENAMED_TARGETS:
+        return RENAMED_TARGETS[target]
+    module, _, name = target.rpartition(".")
+    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
 
 
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
@@ -355,7 +378,7 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
     (:data:`RENAMED_TARGETS`).
     """
     a, b = _flatten(old), _flatten(new)
-    a = {k: RENAMED_TARGETS.get(v, v) if k.endswith("._target_") else v for k, v in a.items()}
+    a = {k: renamed_target(v) if k.endswith("._target_") else v for k, v in a.items()}
     missing = object()
 
     def fmt(v: Any) -> str:

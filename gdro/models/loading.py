@@ -2,7 +2,7 @@
 
 Every model — the shipped 0.8M-parameter Qwen3 at ``TINY_DIR`` or ``Qwen/Qwen3-1.7B-Base`` — goes through the same
 ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained`` path, so the trainer never special-cases the toy. How
-the tiny model and its tokenizer are built and warm-started is :mod:`gdro.tiny`.
+the tiny model and its tokenizer are built and warm-started is :mod:`gdro.models.tiny`.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gdro.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
+from gdro.models.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
 
 if TYPE_CHECKING:
     from gdro.rollout.base import Generator
 
-TINY_DIR = Path(__file__).parent / "assets" / "tiny-copy"
+TINY_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny-copy"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -151,10 +151,10 @@ def check_placement(threads: int | None, device: str) -> None:
 
 def resolve_path(name_or_path: str) -> str:
     """``"tiny"`` → the shipped checkpoint directory; ``"qwen3-rehearsal"`` → the rehearsal model (Qwen3's
-    architecture, vocabulary and real tokenizer, random weights; built once on first use, :mod:`gdro.qwen3`);
+    architecture, vocabulary and real tokenizer, random weights; built once on first use, :mod:`gdro.models.qwen3`);
     anything else unchanged (hub id or local path)."""
     if name_or_path in ("qwen3-rehearsal", "qwen3-1.7b-random"):
-        from gdro.qwen3 import build_rehearsal_model
+        from gdro.models.qwen3 import build_rehearsal_model
 
         return str(build_rehearsal_model(name=name_or_path))
     return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
@@ -277,7 +277,7 @@ def compute_dtype(model: torch.nn.Module) -> torch.dtype:
 
 
 def autocast_context(model) -> contextlib.AbstractContextManager:
-    """Autocast to the model's compute dtype (:func:`gdro.models.compute_dtype`) where it is lower precision than
+    """Autocast to the model's compute dtype (:func:`gdro.models.loading.compute_dtype`) where it is lower precision than
     its weights (fp32 master weights, ``dtype=bfloat16``), on any device; bf16 autocast for a bfloat16 model on
     CUDA; nothing otherwise (a float32 run is unchanged). The log-probs stay float32 either way: the logits are
     cast up before the log-softmax."""

@@ -76,7 +76,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gdro.ioerrors import check_creatable, named, named_io
+from gdro.run.ioerrors import check_creatable, named, named_io
 
 log = logging.getLogger(__name__)
 

@@ -42,8 +42,8 @@ from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask
 from gdro.distributed import Dist
 from gdro.interfaces import Problem
-from gdro.ioerrors import named_io
 from gdro.rollout.base import close_engine
+from gdro.run.ioerrors import named_io
 from gdro.validate import validate_config
 
 log = logging.getLogger("gdro.eval")
@@ -68,10 +68,10 @@ class EvalAppConfig:
     device: str = "auto"  # auto | cpu | cuda | cuda:N
 
     def __post_init__(self) -> None:
-        from gdro.models import check_placement
+        from gdro.models.loading import check_placement
 
         if self.checkpoint is not None:
-            from gdro.models import model_dir_problem
+            from gdro.models.loading import model_dir_problem
 
             problem = model_dir_problem(str(self.checkpoint))  # a run dir, a save cut short, cut weights: named
             if problem is not None:
@@ -200,7 +200,7 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
 
 def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
     """Validate ``cfg``, load the model, evaluate every benchmark, write ``eval.json``/``eval.md`` to ``out_dir``."""
-    from gdro.evaluation import evaluate
+    from gdro.evaluation.heldout import evaluate
 
     plan = build_plan(cfg)
     device = place(plan.app.threads, plan.app.device)
@@ -262,7 +262,7 @@ def _eval(cfg: DictConfig) -> float:
 def _check_out(out: Path) -> None:
     """``out`` must be a directory, or creatable as one: an existing file is a config error, an unwritable place an
     I/O error naming the directory (both before any model loads)."""
-    from gdro.ioerrors import check_creatable
+    from gdro.run.ioerrors import check_creatable
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out}: is a file; eval.json and eval.md go into a directory")
@@ -298,7 +298,7 @@ def main() -> None:
     sys.argv[1:] = _suite_alias(sys.argv[1:])
     cfg = precheck(sys.argv[1:], "eval_app", _check)
     if cfg is not None:  # Hydra's own mkdir would fail with a traceback
-        from gdro.ioerrors import check_creatable
+        from gdro.run.ioerrors import check_creatable
 
         with user_errors():
             check_creatable(planned_run_dir(cfg)[0])

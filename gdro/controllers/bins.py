@@ -5,7 +5,7 @@ Edges ``0 = a_0 < a_1 < ... < a_B = 1`` define ``B`` bins ``D_b = {x : p(x) in [
 paper's ``accbin_0``). Hysteresis (paper L227; no value given) reassigns a prompt only when its pass-rate crosses
 a boundary of its current bin by a margin ``delta``.
 
-Everything here is pure and vectorised (numpy only): the stateful classifier lives in ``gdro.difficulty``.
+Everything here is pure and vectorised (numpy only): the stateful classifier lives in ``gdro.controllers.difficulty``.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def passk_from_window(correct_sum: np.ndarray, total_sum: np.ndarray, k: int) ->
     """Pass@k from ``correct_sum`` correct out of ``total_sum`` rollouts pooled over a window (paper Eq. 10, k).
 
     Where ``total >= k``: the unbiased estimator ``1 - C(n-c, k) / C(n, k)`` (Chen et al. 2021; equals
-    ``gdro.passk.pass_at_k``), computed as ``1 - prod_{j<k} (n-c-j)/(n-j)`` over a ``(len, k)`` array.
+    ``gdro.grading.passk.pass_at_k``), computed as ``1 - prod_{j<k} (n-c-j)/(n-j)`` over a ``(len, k)`` array.
     Where ``0 < total < k``: the plug-in ``1 - (1 - c/n)^k``. Where ``total = 0``: NaN.
 
     Raises:

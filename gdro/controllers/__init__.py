@@ -1,0 +1,1 @@
+"""The controllers: difficulty bins, the online classifier, prompt samplers, rollout allocators, and their math."""

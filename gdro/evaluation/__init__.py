@@ -1,0 +1,1 @@
+"""Held-out evaluation: the evaluator used during training, ``gdro-eval`` and ``gdro-rescore``."""

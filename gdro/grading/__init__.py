@@ -1,0 +1,1 @@
+"""Grading: the math-verify reward, gold preparation, and pass@k estimators."""

@@ -1,0 +1,1 @@
+"""Models: loading a policy and its tokenizer, the tiny and Qwen3 builders, and prompts."""
