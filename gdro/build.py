@@ -4,10 +4,10 @@
     build_components   every key and value checked, every component built; nothing loaded
     place              torch's threads and seed, this process's device
     load_splits        the tokenizer, and each split's problems that fit model.max_prompt_len
-    resume_point       the checkpoint a training run continues, once the config may continue it (gdro.run.lifecycle)
-    open_run_dir       the run dir, run.json and config.yaml (training; gdro.run.lifecycle)
+    resume_point       the checkpoint a training run continues, once the config may continue it (gdro.run.record)
+    open_run_dir       the run dir, run.json and config.yaml (training; gdro.run.record)
     make_policy        the model, its frozen reference, its rollout engine, sharded across processes where there are
-    make_logger        metrics.jsonl and W&B (training; gdro.run.lifecycle.open_logger)
+    make_logger        metrics.jsonl and W&B (training; gdro.run.record.open_logger)
 
 then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Run), paired as a :class:`Training`.
 
@@ -32,8 +32,9 @@ from gdro.distributed import Dist
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy
 from gdro.policy import Forward
-from gdro.run.lifecycle import Run, open_logger, open_run_dir, resume_point, run_meta
+from gdro.run.lifecycle import Run
 from gdro.run.lock import LockConfig
+from gdro.run.record import open_logger, open_run_dir, resume_point, run_meta
 from gdro.trainer import RunConfig, Trainer
 from gdro.validate import ConfigError, validate_config
 
@@ -79,10 +80,6 @@ class Components:
     checkpoint: CheckpointConfig
     dist: DistConfig
     lock: LockConfig  # the run dir's lock (gdro.run.lock): how long a start waits for it
-
-    def __getitem__(self, key: str) -> Any:
-        """A group's component by the group's name, e.g. ``comp["sampler"]``."""
-        return getattr(self, key)
 
 
 def build_components(cfg: DictConfig) -> Components:
@@ -215,7 +212,7 @@ def make_policy(spec: ModelSpec, engine_cfg: Any, device: torch.device, tokenize
 def make_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[str, Any], record: RunRecord | None,
                 resume: tuple[Path, dict[str, Any]] | None, dist: Dist, choices: dict[str, str] | None = None,
                 seed: int = 0) -> MetricLogger:
-    """Making the logger (gdro.run.lifecycle.open_logger): metrics.jsonl and W&B on the main process, a silent one on the
+    """Making the logger (gdro.run.record.open_logger): metrics.jsonl and W&B on the main process, a silent one on the
     others; a sweep one W&B group, each run tagged with its choices."""
     group, tags = wandb_identity(choices, seed)
     return open_logger(run_dir, cfg, run_name=run_name, meta=meta, record=record, resume=resume, dist=dist,

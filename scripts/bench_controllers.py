@@ -90,8 +90,8 @@ def main() -> None:
         for est in ("any_correct", "unbiased_passk"):
             parts = components([f"prompts_per_step={args.prompts}", f"rollouts_per_prompt={args.n}",
                                 f"classifier.estimator={est}", *overrides])
-            ms = run(parts["sampler"], parts["classifier"], prompts=args.prompts, pool=args.pool, n=args.n,
-                     steps=args.steps, allocator=parts["allocator"])
+            ms = run(parts.sampler, parts.classifier, prompts=args.prompts, pool=args.pool, n=args.n,
+                     steps=args.steps, allocator=parts.allocator)
             print(f"  {name:30s} {est:15s} median {np.median(ms):6.2f} ms   p90 {np.percentile(ms, 90):6.2f} ms")
 
 

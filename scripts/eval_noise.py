@@ -39,22 +39,22 @@ def main() -> None:
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=args.overrides)
     comp = build_components(cfg)
-    problems = comp["data"].test()
+    problems = comp.data.test()
     report = {}
     for ckpt in args.checkpoints:
-        spec = dataclasses.replace(comp["model"], name_or_path=ckpt)
+        spec = dataclasses.replace(comp.model, name_or_path=ckpt)
         model, tok = load_model(spec, device=comp.run.device)
-        engine = make_engine(comp["rollout"], model, tok, spec)
+        engine = make_engine(comp.rollout, model, tok, spec)
         rows = []
         for seed in args.seeds:
-            ecfg = dataclasses.replace(comp["eval"], seed=seed)
-            r = evaluate(engine, problems, comp["reward"], ecfg, spec.max_new_tokens)
+            ecfg = dataclasses.replace(comp.eval, seed=seed)
+            r = evaluate(engine, problems, comp.reward, ecfg, spec.max_new_tokens)
             rows.append(r)
             k = ecfg.k
             print(f"{ckpt}  seed={seed}  mean@{k}={r[f'eval/mean@{k}']:.2f}  pass@{k}={r[f'eval/pass@{k}']:.2f}", flush=True)
         keys = [key for key in rows[0] if key.startswith(("eval/mean@", "eval/pass@"))]
         summary = {key: {"mean": float(np.mean([r[key] for r in rows])), "std": float(np.std([r[key] for r in rows], ddof=1)) if len(rows) > 1 else 0.0} for key in keys}
-        k = comp["eval"].k
+        k = comp.eval.k
         for key in (f"eval/mean@{k}", f"eval/pass@{k}"):
             print(f"{ckpt}  {key}: {summary[key]['mean']:.2f} ± {summary[key]['std']:.2f} (std over {len(rows)} seeds)")
         report[ckpt] = {"per_seed": rows, "summary": summary, "n_problems": len(problems)}

@@ -32,7 +32,7 @@ def test_compose_and_instantiate_every_option(group, option):
     cfg = compose_cfg([f"{group}={option}"])
     comp = build_components(cfg)  # instantiates every group; loads no model weights
     target = OmegaConf.select(cfg, f"{group}._target_")
-    obj = comp[group]
+    obj = getattr(comp, group)
     assert type(obj) is get_class(target)  # the class itself (a package may re-export it: gdro.policy.OptimConfig)
 
 
@@ -45,11 +45,11 @@ def test_experiments_compose(experiment):
 def test_paper_experiment_values():
     cfg = compose_cfg(["experiment=paper", "model=qwen3-1.7b"])
     comp = build_components(cfg)
-    assert comp["model"].name_or_path == "Qwen/Qwen3-1.7B-Base"
-    assert comp["model"].dtype == "bfloat16"
-    assert comp["loss"].clip_low == 0.2 and comp["loss"].clip_high == 0.28 and comp["loss"].beta_kl == 0.001
-    assert comp["optim"].lr == 1e-6 and comp.run.prompts_per_step == 256 and comp.run.rollouts_per_prompt == 4
-    assert comp["reward"].incorrect == -1.0
+    assert comp.model.name_or_path == "Qwen/Qwen3-1.7B-Base"
+    assert comp.model.dtype == "bfloat16"
+    assert comp.loss.clip_low == 0.2 and comp.loss.clip_high == 0.28 and comp.loss.beta_kl == 0.001
+    assert comp.optim.lr == 1e-6 and comp.run.prompts_per_step == 256 and comp.run.rollouts_per_prompt == 4
+    assert comp.reward.incorrect == -1.0
 
 
 @pytest.mark.parametrize(("experiment", "sampler", "allocator"), [
@@ -60,14 +60,14 @@ def test_paper_experiment_values():
 def test_each_paper_preset_is_one_row_of_the_paper(experiment, sampler, allocator):
     """experiment=paper is the GRPO row whatever the default sampler; each GDRO preset adds exactly one adversary."""
     comp = build_components(compose_cfg([f"experiment={experiment}", "model=qwen3-1.7b"]))
-    assert type(comp["sampler"]).__name__ == sampler and type(comp["allocator"]).__name__ == allocator
+    assert type(comp.sampler).__name__ == sampler and type(comp.allocator).__name__ == allocator
 
 
 def test_toy_frontier_experiment_values():
     """Each prompt visited about as often as in the paper (150 steps x 32 / 256 = 18.75), levels past the warm
     start, half sticky strings, pass@1 bins over recent visits."""
     comp = build_components(compose_cfg(["experiment=toy-frontier"]))
-    data, clf = comp["data"], comp["classifier"]
+    data, clf = comp.data, comp.classifier
     assert comp.run.steps * comp.run.prompts_per_step / data.train_size >= 18
     assert data.max_level == 12 and data.sticky_frac == 0.5
     assert clf.estimator == "unbiased_passk" and clf.k == 1 and clf.window == 4
@@ -93,7 +93,7 @@ def test_memory_files_name_a_model_and_an_engine_and_compose(name):
     assert model in options("model") and rollout in options("rollout"), name
     cfg = compose_cfg([f"model={model}", f"rollout={rollout}"])
     built = build_components(cfg)
-    assert built["model"].gradient_checkpointing is True and built["optim"].micro_batch_tokens is not None
+    assert built.model.gradient_checkpointing is True and built.optim.micro_batch_tokens is not None
     default = compose_cfg(["model=tiny", f"rollout={rollout}"])  # the tiny model has no memory file: defaults
     assert default.optim.micro_batch_tokens is None and default.model.gradient_checkpointing is False
 

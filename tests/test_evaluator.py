@@ -117,7 +117,7 @@ def test_checkpoint_overrides_model_path():
     from gdro.models.loading import TINY_DIR
 
     plan = build_plan(compose_eval([f"checkpoint={TINY_DIR}"]))
-    assert plan.parts["model"].name_or_path == str(TINY_DIR)
+    assert plan.parts.model.name_or_path == str(TINY_DIR)
     assert len(plan.benchmarks["toy_copy"]) > 0
 
 

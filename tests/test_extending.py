@@ -145,7 +145,7 @@ def test_documented_steps_add_a_working_allocator(tmp_path: Path):
 
     # validated and instantiated like any shipped option; its Python default mirrors the YAML
     comp = build_components(_compose(conf, overrides))
-    alloc = comp["allocator"]
+    alloc = comp.allocator
     assert isinstance(alloc, RolloutAllocator) and conforms(alloc, RolloutAllocator) == []
     assert type(alloc).__name__ == "HardFirstAllocator"
     node = OmegaConf.to_container(_compose(conf, overrides).allocator, resolve=True)

@@ -79,14 +79,14 @@ CASES = [(g, o) for g in PROTOCOLS for o in _options(g)]
 
 @pytest.mark.parametrize(("group", "option"), CASES, ids=[f"{g}={o}" for g, o in CASES])
 def test_every_target_satisfies_its_group_protocol(group: str, option: str):
-    part = build_components(compose_cfg([f"{group}={option}"]))[group]
+    part = getattr(build_components(compose_cfg([f"{group}={option}"])), group)
     assert isinstance(part, PROTOCOLS[group])
     assert conforms(part, PROTOCOLS[group]) == []
 
 
 @pytest.mark.parametrize("option", _options("logger"))
 def test_every_logger_option_gives_a_metric_logger(option: str, tmp_path: Path):
-    cfg = build_components(compose_cfg([f"logger={option}", "logger.wandb_mode=disabled"]))["logger"]
+    cfg = build_components(compose_cfg([f"logger={option}", "logger.wandb_mode=disabled"])).logger
     logger = RunLogger(tmp_path, cfg, run_name="t", config={})
     try:
         assert isinstance(logger, MetricLogger) and conforms(logger, MetricLogger) == []
@@ -99,8 +99,8 @@ def test_every_rollout_option_makes_a_generator(option: str):
     if option == "vllm":
         pytest.importorskip("vllm")  # an optional engine (scripts/test_vllm.sh runs it in .venv-vllm)
     comp = build_components(compose_cfg([f"rollout={option}"]))
-    model, tokenizer = load_model(comp["model"])
-    engine = make_engine(comp["rollout"], model, tokenizer, comp["model"])
+    model, tokenizer = load_model(comp.model)
+    engine = make_engine(comp.rollout, model, tokenizer, comp.model)
     assert isinstance(engine, Generator) and conforms(engine, Generator) == []
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from gdro.run.checkpoint import list_checkpoints
-from gdro.run.lifecycle import RENAMED_TARGETS, config_differences
+from gdro.run.record import MOVED_MODULES, RENAMED_TARGETS, config_differences, renamed_target
 from gdro.run.tracking import read_metrics
 from tests.test_resume import REPO, _env
 
@@ -39,6 +39,80 @@ def test_a_checkpoint_from_before_the_loss_seam_resumes(tmp_path):
     meta = json.loads((ckpt / "meta.json").read_text())
     assert meta["config"]["loss"]["_target_"] == "gdro.loss.grpo.GRPOLoss"
     meta["config"]["loss"]["_target_"] = "gdro.loss.LossConfig"  # as a checkpoint of gdro before #29 says
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert [r["step"] for r in read_metrics(run_dir) if r.get("step")] == [1, 2]
+
+
+def _old_name(target: str) -> str:
+    """``target`` as gdro named it before the #29 layout (its module's old home), or as it is if it never moved."""
+    module, _, name = target.rpartition(".")
+    back = {new: old for old, new in MOVED_MODULES.items()}
+    return f"{back[module]}.{name}" if module in back else target
+
+
+def _targets(node, path=""):
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if k == "_target_" and isinstance(v, str):
+                yield path, v
+            else:
+                yield from _targets(v, f"{path}.{k}" if path else k)
+
+
+def test_every_moved_module_maps_to_an_importable_home_and_back():
+    import importlib
+
+    assert len(set(MOVED_MODULES.values())) == len(MOVED_MODULES)
+    for old, new in MOVED_MODULES.items():
+        importlib.import_module(new)
+        spec = importlib.util.find_spec(old)  # the old module is gone (or its name is now a package's)
+        assert spec is None or spec.submodule_search_locations is not None, old
+        assert renamed_target(f"{old}.Anything") == f"{new}.Anything"
+    assert renamed_target("gdro.loss.grpo.GRPOLoss") == "gdro.loss.grpo.GRPOLoss"  # never moved: as it is
+    assert renamed_target("mypkg.allocators.Mine") == "mypkg.allocators.Mine"  # a user's own: as it is
+
+
+def test_a_config_of_the_old_layout_is_no_difference():
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from gdro.app import CONF_DIR
+
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        new = OmegaConf.to_container(compose("train", overrides=["experiment=smoke"]), resolve=True)
+    found = dict(_targets(new))
+    moved = {path: t for path, t in found.items() if _old_name(t) != t}
+    assert {"model", "sampler", "allocator", "classifier", "reward", "eval", "logger"} <= set(moved)
+    old = json.loads(json.dumps(new))
+    for path in moved:
+        node = old
+        for key in path.split("."):
+            node = node[key]
+        node["_target_"] = _old_name(node["_target_"])
+    assert config_differences(old, new) == []
+    old["sampler"]["_target_"] = "gdro.samplers.NoSuchSampler"
+    assert config_differences(old, new) != []
+
+
+@pytest.mark.slow
+def test_a_checkpoint_from_before_the_layout_resumes(tmp_path):
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "gdro.cli", "experiment=smoke", "progress=false", "checkpoint.every=1",
+           f"hydra.run.dir={run_dir}"]
+    out = subprocess.run([*cmd, "steps=1"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=300, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (_, ckpt), = list_checkpoints(run_dir)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    rewritten = 0
+    for section in meta["config"].values():
+        if isinstance(section, dict) and _old_name(section.get("_target_", "")) != section.get("_target_", ""):
+            section["_target_"] = _old_name(section["_target_"])  # as a checkpoint of gdro before the layout says
+            rewritten += 1
+    assert rewritten >= 7
     (ckpt / "meta.json").write_text(json.dumps(meta))
     out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
                          timeout=300, check=False)

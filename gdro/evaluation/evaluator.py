@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -45,6 +45,11 @@ from gdro.interfaces import Problem
 from gdro.rollout.base import close_engine
 from gdro.run.ioerrors import named_io
 from gdro.validate import validate_config
+
+if TYPE_CHECKING:
+    from gdro.evaluation.heldout import EvalConfig
+    from gdro.interfaces import Reward
+    from gdro.models.loading import ModelSpec
 
 log = logging.getLogger("gdro.eval")
 
@@ -82,12 +87,22 @@ class EvalAppConfig:
 
 
 @dataclass
+class EvalParts:
+    """The evaluation's components, one per config group of :data:`GROUPS`."""
+
+    model: ModelSpec
+    eval: EvalConfig
+    reward: Reward
+    rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
+
+
+@dataclass
 class EvalPlan:
     """Validated, model-free parts of an evaluation: its own settings, the components and every benchmark's
     problems."""
 
     app: EvalAppConfig
-    parts: dict[str, Any]
+    parts: EvalParts
     benchmarks: dict[str, list[Problem]]
     reports: dict[str, str] = field(default_factory=dict)
     golds: dict[str, Any] = field(default_factory=dict)  # benchmark -> its golds prepared at load (GoldTable)
@@ -146,10 +161,11 @@ def _load_problems(entry: dict[str, Any], i: int) -> tuple[list[Problem], str, A
 
 def build_plan(cfg: DictConfig) -> EvalPlan:
     """Validate the whole config and load every benchmark — no model is loaded here."""
-    app, parts = validate_config(cfg, GROUPS, EvalAppConfig)  # keys, types, ranges: one-line errors
-    check_engine(parts["rollout"])
+    app, groups = validate_config(cfg, GROUPS, EvalAppConfig)  # keys, types, ranges: one-line errors
+    parts = EvalParts(**groups)
+    check_engine(parts.rollout)
     if app.checkpoint is not None:
-        parts["model"] = dataclasses.replace(parts["model"], name_or_path=str(app.checkpoint))
+        parts.model = dataclasses.replace(parts.model, name_or_path=str(app.checkpoint))
     entries = _entries(app.benchmarks)
     benchmarks, reports, golds = {}, {}, {}
     for i, entry in enumerate(entries):
@@ -204,7 +220,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
 
     plan = build_plan(cfg)
     device = place(plan.app.threads, plan.app.device)
-    spec, eval_cfg, eng_cfg = plan.parts["model"], plan.parts["eval"], plan.parts["rollout"]
+    spec, eval_cfg, eng_cfg = plan.parts.model, plan.parts.eval, plan.parts.rollout
     out_dir = Path(out_dir)
     _check_out(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -212,7 +228,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     plan.benchmarks, dropped = splits.problems, splits.dropped
     engine = make_policy(spec, eng_cfg, device, splits.tokenizer, Dist()).engine  # samples on the model's device
     k = eval_cfg.k
-    reward = plan.parts["reward"]
+    reward = plan.parts.reward
     for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
         if table is not None:
             reward.use_golds(table)
