@@ -33,6 +33,7 @@ LIFECYCLE_ELSEWHERE = {"CheckpointConfig", "LockConfig", "CheckpointError", "Run
 # by its own dotted name (``run.lifecycle``), which wins.
 FLOORS = {
     0: ["interfaces", "loss", "grading.passk", "controllers.bins", "controllers.bandit", "controllers.budget",
+        "controllers.knapsack",
         "validate", "run.seeding"],  # records, contracts, math, seeds
     1: ["controllers"],  # stateful controllers
     2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
