@@ -198,13 +198,15 @@ def make_policy(spec: ModelSpec, engine_cfg: Any, device: torch.device, tokenize
     copy as the reference (in the compute dtype, like the engine), the engine sampling from it, and the model as
     ``dist`` trains it (sharded across processes; the engine factory then gives an HF engine its own copy)."""
     from gdro.models.loading import load_model
+    from gdro.models.lora import BaseView, has_adapters
     from gdro.rollout import make_engine
 
     log.info("loading model %s", spec.name_or_path)
     model, tokenizer = load_model(spec, device=device, tokenizer=tokenizer, train=train)
     ref = None
     if reference:
-        ref = copy.deepcopy(model).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
+        ref = BaseView(model) if has_adapters(model) else \
+            copy.deepcopy(model).to(device=device, dtype=spec.torch_dtype).eval().requires_grad_(False)
     engine = make_engine(engine_cfg, model, tokenizer, spec, policy_sharded=dist.shards_model)
     return Policy(dist.shard(model), tokenizer, engine, ref)
 
@@ -251,6 +253,9 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     run, spec = comp.run, comp.model
     device = place(run.threads, run.device, seed=run.seed)
     dist = join_processes(comp.dist, device, run.prompts_per_step)
+    if comp.model.lora.enabled and dist.world > 1:
+        raise ConfigError(f"model.lora.r={comp.model.lora.r} with {dist.world} processes: LoRA is not supported with FSDP2 "
+                          "here yet; train it in one process, or set model.lora.r=0")
     run_dir, resolved = Path(run_dir), OmegaConf.to_container(cfg, resolve=True)
     resume = resume_point(run, run_dir, resolved, dist)  # checked: resume=, the config, steps, the processes
     ckpt, ckpt_meta = resume or (None, None)

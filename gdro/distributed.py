@@ -189,8 +189,12 @@ class Dist:
         return reward.score(roll.texts, golds, roll.finished)
 
     def sync_engine(self, engine, policy: torch.nn.Module) -> None:
-        """The engine samples from the updated policy (HF: the policy itself; vLLM: its weights)."""
-        engine.sync_weights(policy)
+        """The engine samples from the updated policy (HF: the policy itself; vLLM: its weights, a LoRA policy's
+        merged)."""
+        from gdro.models.lora import has_adapters, merged_state_dict
+
+        own = getattr(engine, "model", None) is policy
+        engine.sync_weights(StateView(merged_state_dict(policy)) if has_adapters(policy) and not own else policy)
 
     def stop_requested(self, local: bool) -> bool:
         """Whether any process was asked to stop (so that all stop after the same step)."""
@@ -223,6 +227,10 @@ class Dist:
     def savable_state(self, model: torch.nn.Module, dtype: torch.dtype) -> dict[str, torch.Tensor] | None:
         """The state ``save_pretrained`` writes: None where the model writes its own (weights in ``dtype``), else
         the full state cast to ``dtype`` with tied weights once."""
+        from gdro.models.lora import has_adapters, merged_state_dict
+
+        if has_adapters(model):  # the base model's weights with the adapters merged in (one process: see build)
+            return _untied(model, merged_state_dict(model), dtype)
         full = self.full_state_dict(model, rank0_only=True)
         if not any(t.is_floating_point() and t.dtype != dtype for t in full.values()):
             return None

@@ -216,13 +216,12 @@ class Trainer:
         """The policy as a HF model dir at ``path`` (``model.name_or_path=<path>`` loads it) in the compute dtype (fp32
         master weights cast down, as the base checkpoint was stored). Every process calls it (FSDP gathers); the main
         one writes. gdro.run.lifecycle.Run writes the final policy through it, atomically."""
-        from gdro.models.loading import compute_dtype
+        from gdro.models.loading import compute_dtype, save_model_dir
 
         state = self.dist.savable_state(self.policy, compute_dtype(self.policy))  # every process takes part (FSDP)
         if not self.dist.main:  # one process writes
             return
-        self.policy.save_pretrained(path, safe_serialization=True, state_dict=state)
-        self.models.tokenizer.save_pretrained(path)
+        save_model_dir(self.policy, self.models.tokenizer, path, state)  # a LoRA run: merged, and its adapter
 
 
 def rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:

@@ -15,12 +15,13 @@ import os
 import pickle
 import zipfile
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gdro.models.lora import LoraSpec
 from gdro.models.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
 
 if TYPE_CHECKING:
@@ -59,6 +60,8 @@ class ModelSpec:
         gradient_checkpointing: recompute each decoder layer's activations in the backward instead of keeping them
             (``model.activation_checkpointing_enable``, formerly ``gradient_checkpointing_enable``; non-reentrant): far less activation memory for long
             sequences, ~1/3 more compute. Only training forwards are affected (generation and no-grad passes are not).
+        lora: LoRA adapters on the trained policy (:class:`gdro.models.lora.LoraSpec`: ``r`` 0 = full fine-tuning,
+            ``alpha``, ``dropout``, ``target_modules``); an evaluation loads the model without them.
     """
 
     name_or_path: str
@@ -71,6 +74,7 @@ class ModelSpec:
     use_chat_template: bool = True
     revision: str | None = None
     gradient_checkpointing: bool = False
+    lora: LoraSpec = field(default_factory=LoraSpec)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name_or_path, str) or not self.name_or_path.strip():
@@ -89,6 +93,10 @@ class ModelSpec:
             raise ValueError("revision must be None or a non-empty string")
         if not isinstance(self.gradient_checkpointing, bool):
             raise TypeError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
+        try:
+            object.__setattr__(self, "lora", LoraSpec.of(self.lora))
+        except ValueError as err:
+            raise ValueError(f"lora: {err}") from err
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -419,6 +427,10 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+    if train and spec.lora.enabled:  # only the adapters train (gdro.models.lora)
+        from gdro.models.lora import add_adapters
+
+        model = add_adapters(model, spec.lora)
     setattr(model, COMPUTE_DTYPE_ATTR, spec.torch_dtype)
     return model.to(target).eval(), tokenizer
 
@@ -432,3 +444,14 @@ class Policy:
     tokenizer: Any
     engine: Generator
     reference: torch.nn.Module | None = None
+
+
+def save_model_dir(model: torch.nn.Module, tokenizer: Any, path: Path, state: dict[str, torch.Tensor] | None) -> None:
+    """``model`` as a HF model dir at ``path`` (``state``: the weights to write, None: the model's own) with its
+    tokenizer; a LoRA policy (``state`` then holds the merged weights) also writes its adapter to ``path/adapter``."""
+    from gdro.models.lora import ADAPTER_DIR, has_adapters, save_adapter
+
+    model.save_pretrained(path, safe_serialization=True, state_dict=state)
+    tokenizer.save_pretrained(path)
+    if has_adapters(model):
+        save_adapter(model, Path(path) / ADAPTER_DIR)

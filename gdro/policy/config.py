@@ -51,8 +51,9 @@ class OptimConfig:
                 raise TypeError(f"{key} must be true or false, got {getattr(self, key)!r}")
 
     def make(self, params) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        """AdamW over the trainable ``params`` (a LoRA run's adapters; every weight otherwise), and its schedule."""
         opt = torch.optim.AdamW(
-            params, lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
+            [p for p in params if p.requires_grad], lr=self.lr, betas=(self.beta1, self.beta2), eps=self.eps, weight_decay=self.weight_decay
         )
         warm = self.warmup_steps
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm else 1.0)

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from gdro.loss import BatchCounts, Loss, LossInputs, per_response_mean
+from gdro.models.lora import reference_model
 from gdro.policy.config import OptimConfig
 from gdro.policy.forward import Forward
 from gdro.rollout.base import RolloutBatch
@@ -55,7 +56,8 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
     t_ref = time.perf_counter()
     if loss.beta_kl > 0 and ref_model is None:
         raise ValueError("loss.beta_kl > 0 needs a reference model")
-    ref = _by_row(n, mine, fwd.logprobs_no_grad(ref_model, roll, mine)) if loss.beta_kl > 0 else None
+    with reference_model(ref_model) as pi_ref:  # a LoRA run's reference: the policy with its adapters off
+        ref = _by_row(n, mine, fwd.logprobs_no_grad(pi_ref, roll, mine)) if loss.beta_kl > 0 else None
     t_ref = time.perf_counter() - t_ref
     skip = optim_cfg.skip_zero_adv and loss.beta_kl == 0
     step = _Update(model, optimizer, roll, adv, loss, fwd, mine, old, ref)

@@ -18,7 +18,7 @@ import platform
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
@@ -135,8 +135,14 @@ def _is_default(config: Mapping[str, Any], key: str, value: Any) -> bool:
     group, _, name = key.partition(".")
     if not name:
         target, name = RunConfig, group
-    elif isinstance(config.get(group), Mapping) and "_target_" in config[group] and "." not in name:
+    elif isinstance(config.get(group), Mapping) and "_target_" in config[group]:
         target = component_class(config[group], group)
+        *outer, name = name.split(".")
+        for part in outer:  # a key of a nested settings dataclass (model.lora.r): its own default
+            inner = field_default(target, part)
+            if not dataclasses.is_dataclass(inner) or isinstance(inner, type):
+                return False
+            target = type(inner)
     else:
         return False
     default = field_default(target, name)

@@ -1,0 +1,188 @@
+"""LoRA adapters (peft) on the trained policy: ``model.lora.r > 0``.
+
+The adapters are injected into the loaded model in place (``peft.inject_adapter_in_model``), so the policy keeps its
+own class and every forward layout, kernel and engine sees the model it always did; only the adapters train. The
+parts of a run that meet them:
+
+* the reference policy (KL to π_ref) is the same model with its adapters switched off (:class:`BaseView`,
+  :func:`reference_model`): no second copy of the weights;
+* an engine with weights of its own (vLLM) gets the merged weights ``W + (α/r)·B·A`` at each sync
+  (:func:`merged_state_dict`), computed beside the model, which is never merged in place (a merge and unmerge
+  would round the base weights);
+* a checkpoint holds the whole state (base, adapters, optimiser over the adapters), so a resume is exact;
+* the final save is a HF dir of the merged weights (``model.name_or_path=<dir>`` loads it) and, in ``adapter/``,
+  the adapter in PEFT's format (``peft.PeftModel.from_pretrained(base, "<dir>/adapter")``).
+
+As TRL's ``peft_config`` and verl's ``lora_rank``: ``r`` (0: full fine-tuning), ``alpha``, ``dropout`` and
+``target_modules`` (``all-linear``: every linear layer but the output head, or a list of module names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+ADAPTER = "default"  # peft's adapter name
+ADAPTER_DIR = "adapter"  # the final save's subdirectory holding the adapter (PEFT format)
+PEFT_PREFIX = "base_model.model."  # how PeftModel names the wrapped model's weights in a saved adapter
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """LoRA on the policy (peft): ``r`` > 0 trains rank-``r`` adapters on ``target_modules`` instead of the weights.
+
+    Args:
+        r: the adapters' rank; 0 trains every weight (no adapters).
+        alpha: the scale numerator: an adapter adds ``(alpha / r) · B·A`` to its layer's weight.
+        dropout: dropout on an adapter's input while training.
+        target_modules: ``all-linear`` (every linear layer but the output head) or a list of module names
+            (``[q_proj, v_proj]``), as peft's ``LoraConfig`` takes them.
+    """
+
+    r: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Any = "all-linear"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.r, int) or isinstance(self.r, bool) or self.r < 0:
+            raise ValueError(f"r must be an int >= 0 (0: no adapters), got {self.r!r}")
+        if not isinstance(self.alpha, (int, float)) or isinstance(self.alpha, bool) or not self.alpha > 0:
+            raise ValueError(f"alpha must be a number > 0, got {self.alpha!r}")
+        if not isinstance(self.dropout, (int, float)) or isinstance(self.dropout, bool) or not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+        tm = self.target_modules
+        if isinstance(tm, (list, tuple)):
+            if not tm or not all(isinstance(m, str) and m.strip() for m in tm):
+                raise ValueError(f"target_modules must be 'all-linear' or a non-empty list of module names, got {tm!r}")
+            object.__setattr__(self, "target_modules", tuple(tm))
+        elif not (isinstance(tm, str) and tm.strip()):
+            raise ValueError(f"target_modules must be 'all-linear' or a non-empty list of module names, got {tm!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.r > 0
+
+    @classmethod
+    def of(cls, value: Any) -> LoraSpec:
+        """A LoraSpec from a config mapping (``model.lora``), an instance, or None (no adapters); an unknown key is
+        a ValueError naming it."""
+        if value is None:
+            return cls()
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise ValueError(f"lora must be a mapping with keys r, alpha, dropout, target_modules, got {value!r}")
+        known = [f.name for f in dataclasses.fields(cls)]
+        unknown = [k for k in value if k not in known]
+        if unknown:
+            raise ValueError(f"has no key {unknown[0]!r} (keys: {', '.join(known)})")
+        return cls(**{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in value.items()})
+
+
+def add_adapters(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
+    """Inject ``spec``'s adapters into ``model`` in place and freeze everything else; the model keeps its class.
+    The adapters' initial values come from torch's generator (B = 0, so the policy starts as the base)."""
+    from peft import LoraConfig, inject_adapter_in_model
+
+    tm = spec.target_modules
+    cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
+                     target_modules=list(tm) if isinstance(tm, tuple) else tm, bias="none")
+    try:
+        model = inject_adapter_in_model(cfg, model, adapter_name=ADAPTER)
+    except ValueError as err:  # e.g. no module matches target_modules
+        raise ValueError(f"lora.target_modules={tm!r}: {' '.join(str(err).split())}") from err
+    for name, p in model.named_parameters():
+        p.requires_grad_(".lora_" in name)
+    model.gdro_lora = cfg  # the config the adapter is saved with
+    return model
+
+
+def has_adapters(model: Any) -> bool:
+    return getattr(model, "gdro_lora", None) is not None
+
+
+def _lora_layers(model: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Module]]:
+    from peft.tuners.lora import LoraLayer
+
+    for name, module in model.named_modules():
+        if isinstance(module, LoraLayer):
+            yield name, module
+
+
+@contextlib.contextmanager
+def adapters_off(model: torch.nn.Module) -> Iterator[torch.nn.Module]:
+    """``model`` computing as its base (every adapter switched off) inside the block."""
+    layers = [m for _, m in _lora_layers(model)]
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.enable_adapters(True)
+
+
+@dataclass(frozen=True)
+class BaseView:
+    """The reference policy of a LoRA run: the trained model with its adapters off (see :func:`reference_model`)."""
+
+    model: torch.nn.Module
+
+
+@contextlib.contextmanager
+def reference_model(ref: Any) -> Iterator[Any]:
+    """The module to run as π_ref: a :class:`BaseView`'s model with its adapters off, anything else as it is."""
+    if isinstance(ref, BaseView):
+        with adapters_off(ref.model) as base:
+            yield base
+    else:
+        yield ref
+
+
+def _base_name(name: str) -> str:
+    return name.replace(".base_layer.", ".")
+
+
+def merged_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The base model's state dict (its own names) with every adapter merged in: ``W + (α/r)·B·A``; ``model`` is
+    not modified. ``dtype`` casts the floating-point tensors (None: as they are)."""
+    deltas = {f"{name}.base_layer.weight": m.get_delta_weight(ADAPTER) for name, m in _lora_layers(model)
+              if ADAPTER in m.lora_A}
+    out = {}
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if ".lora_" in name:
+                continue
+            if name in deltas:
+                t = t + deltas[name].to(t.dtype)
+            if dtype is not None and t.is_floating_point():
+                t = t.to(dtype)
+            out[_base_name(name)] = t.detach()
+    return out
+
+
+def save_adapter(model: torch.nn.Module, path: Path) -> None:
+    """The adapter in PEFT's format at ``path`` (``adapter_model.safetensors``, ``adapter_config.json``)."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model, adapter_name=ADAPTER)
+    save_file({PEFT_PREFIX + k: v.detach().contiguous() for k, v in state.items()},
+              str(path / "adapter_model.safetensors"), metadata={"format": "pt"})
+    cfg = model.gdro_lora
+    base = getattr(getattr(model, "config", None), "_name_or_path", None)
+    cfg.base_model_name_or_path = base
+    cfg.save_pretrained(str(path))
+    meta = json.loads((path / "adapter_config.json").read_text())
+    if "base_model_name_or_path" not in meta:
+        meta["base_model_name_or_path"] = base
+        (path / "adapter_config.json").write_text(json.dumps(meta, indent=2))
