@@ -137,7 +137,7 @@ def test_a_target_that_matches_nothing_is_one_line():
     assert "\n" not in str(err.value)
 
 
-CLI = ["experiment=smoke", "model.lora.r=4", "model.lora.alpha=8", "loss.beta_kl=0.01", "optim.lr=0.01",
+CLI = ["experiment=smoke", "eval.at_end=false", "eval.every=0", "model.lora.r=4", "model.lora.alpha=8", "loss.beta_kl=0.01", "optim.lr=0.01",
        "progress=false", "threads=1", "checkpoint.every=1", "save_final=true"]
 
 
