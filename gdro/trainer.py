@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.controllers.ledger import ComputeLedger, mixed_groups, rollout_metrics
 from gdro.distributed import Dist
 from gdro.evaluation.heldout import EvalConfig, evaluate
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
@@ -71,12 +72,14 @@ class RunConfig:
 
 @dataclass
 class _State:
-    """What the algorithm carries from step to step: the optimiser, its schedule, the RNG streams, the last step."""
+    """What the algorithm carries from step to step: the optimiser, its schedule, the RNG streams, the last step,
+    the compute ledger."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     rngs: dict[str, np.random.Generator]
     step: int = 0
+    ledger: ComputeLedger = field(default_factory=ComputeLedger)  # what the run generated (gdro.controllers.ledger)
 
 
 @dataclass
@@ -151,6 +154,7 @@ class Trainer:
             roll, local = self.dist.generate(self.engine, [p.prompt for p in probs], n, bounds,
                                              lambda *shard: derive_seed(run.seed, STREAM_ROLLOUT, step, *shard),
                                              self.train_sampling)
+            st.ledger.generated(bins, n, int(roll.lengths.sum()))  # every generated rollout counts (ledger)
         with clock("reward_s"):
             # 3. verifiable reward and the loss's advantages over each prompt's own group (GRPO: Eq. 3)
             scored = self.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
@@ -172,12 +176,13 @@ class Trainer:
                 part.update(feedback)
         with clock("sync_s"):
             self.dist.sync_engine(self.engine, self.policy)
+        st.ledger.trained(bins, n, mixed_groups(scored.rewards, roll.group_index, len(ids)))
         row = {"step": step, **stats, **rollout_metrics(roll, scored, feedback.n_correct, adv,
                                                         self.train_sampling.max_new_tokens)}
         row.update(self.reward.metrics(scored))
         for part in self.controllers:
             row.update(part.metrics())
-        return row | clock.metrics()
+        return row | st.ledger.metrics(self.classifier.bin_spec().labels) | clock.metrics()
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds of the algorithm, by file: the policy; the optimiser and its schedule; the step, each
@@ -187,7 +192,8 @@ class Trainer:
         return {"policy": policy_state, "optimizer": {"optimizer": optim_state, "scheduler": st.scheduler.state_dict()},
                 "trainer": {"step": st.step, "sampler": self.sampler.state_dict(),
                             "classifier": self.classifier.state_dict(), "allocator": self.allocator.state_dict(),
-                            "rng": rng_state(st.rngs), "world_size": self.dist.world}}
+                            "rng": rng_state(st.rngs), "world_size": self.dist.world,
+                            "ledger": st.ledger.state_dict()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from what :meth:`state_dict` returned (after :meth:`setup`); the engine samples the loaded
@@ -199,6 +205,8 @@ class Trainer:
         self.classifier.load_state_dict(tr["classifier"])
         self.allocator.load_state_dict(tr["allocator"])
         set_rng_state(tr["rng"], st.rngs)
+        if "ledger" in tr:  # a checkpoint from before the ledger: its counts start at 0
+            st.ledger.load_state_dict(tr["ledger"])
         self.dist.sync_engine(self.engine, self.policy)
         st.step = int(tr["step"])
 
@@ -223,21 +231,6 @@ class Trainer:
             return
         self.policy.save_pretrained(path, safe_serialization=True, state_dict=state)
         self.models.tokenizer.save_pretrained(path)
-
-
-def rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:
-    """The step's reward, rollout and advantage summaries."""
-    sizes = roll.group_sizes
-    g_mean = n_correct / np.maximum(sizes, 1)
-    return {
-        "reward/mean": float(scored.rewards.mean()), "reward/std": float(scored.rewards.std()),
-        "rollout/len_mean": float(roll.lengths.mean()), "rollout/len_max": float(roll.lengths.max()),
-        "rollout/n_total": float(len(roll)), "rollout/n_prompts": float(len(sizes)),
-        "rollout/n_per_prompt_mean": float(sizes.mean()),
-        "rollout/clip_len_frac": float((roll.lengths >= max_new).mean()),
-        "rollout/solved_frac": float((g_mean == 1).mean()), "rollout/unsolved_frac": float((g_mean == 0).mean()),
-        "train/adv_abs_mean": float(adv.abs().mean()),
-    }
 
 
 def __getattr__(name: str) -> Any:
