@@ -181,7 +181,21 @@ class DifficultyClassifier(Stateful, Protocol):
 
     def all_bins(self) -> np.ndarray: ...
 
+    def success_rate(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) per-rollout success rate p in [0, 1] of prompts ``ids`` from their recent visits, never NaN: a
+        never-seen prompt gets the classifier's stated prior (``unseen_p``)."""
+
+    def seen(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) bool: whether each prompt has been visited."""
+
+    def zero_variance_streak(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) int: how many of each prompt's latest visits in a row were all correct or all wrong."""
+
     def update(self, feedback: StepFeedback) -> None: ...
+
+    def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
+        """One visit per entry: ``correct`` of ``total`` rollouts right (groups generated but not trained on, e.g.
+        those a filter dropped, are history too)."""
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -212,8 +226,11 @@ class RolloutAllocator(Stateful, Protocol):
     def check_budget(self, n_bar: int) -> None:
         """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked once, before a run)."""
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
-        """(G,) rollouts for prompts in ``bins`` (G,), summing to the step's budget ``n_bar × G`` exactly."""
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier) -> np.ndarray:
+        """(G,) rollouts for the prompts ``ids`` (G,) in ``bins`` (G,), summing to the step's budget ``n_bar × G``
+        exactly; per-prompt history (``classifier.success_rate(ids)``, ...) is read from ``classifier``, as
+        ``PromptSampler.sample`` does. A step may call it more than once (``filter=dynamic`` draws in rounds)."""
 
     def update(self, feedback: StepFeedback) -> None: ...
 

@@ -147,7 +147,7 @@ class Trainer:
             # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
             ids = self.sampler.sample(run.prompts_per_step, st.rngs["sampler"], self.classifier)
             bins = self.classifier.bins(ids)
-            n = self.allocator.allocate(bins, run.rollouts_per_prompt)
+            n = self.allocator.allocate(ids, bins, run.rollouts_per_prompt, self.classifier)
             # 2. sample from the current policy (in shards of whole groups when the step is split across processes)
             ids, bins, n, bounds = self.dist.shard_order(ids, bins, n)
             probs = [self.train_problems[i] for i in ids]

@@ -19,7 +19,7 @@ import numpy as np
 
 from gdro.controllers.bandit import bin_means, mixed_distribution
 from gdro.controllers.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
-from gdro.interfaces import SIGNALS, BinSpec, StepFeedback
+from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 
 
 class FixedAllocator:
@@ -32,8 +32,9 @@ class FixedAllocator:
         if n_bar < 1:
             raise ValueError(f"the mean budget must be >= 1 rollout per prompt, got {n_bar}")
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
-        """Per-prompt rollout counts for a step's prompts (``bins``: their difficulty bins, unused here)."""
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """Per-prompt rollout counts for a step's prompts (their ids, bins and history are unused here)."""
         return np.full(len(bins), n_bar, dtype=np.int64)
 
     def update(self, feedback: StepFeedback) -> None:
@@ -160,7 +161,9 @@ class RolloutGDRO(_BinAllocator):
             s = np.zeros(len(self.arms))
         return mixed_distribution(s, self.eta, self.gamma)
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """One arm per bin present (ids and per-prompt history unused: the arms are per bin)."""
         bins, budget = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         probs = np.stack([self.arm_probs(b) for b in uniq])
@@ -229,7 +232,9 @@ class SqrtAllocator(_BinAllocator):
         p = self.p.get(int(b))
         return self.v_prior if p is None else p * (1 - p)
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """n_b ∝ √v_b per bin present (ids and per-prompt history unused: v_b is per bin)."""
         bins, _ = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         v = np.array([self.variance(b) for b in uniq])
