@@ -24,8 +24,10 @@ import numpy as np
 # Per-rollout controller signals (Eq. 13 input): the official code's clipped-PG loss, Eq. 6 with its KL term,
 # the failure rate 1 − correct, and the frontier signal 4·p̂(1 − p̂) of the rollout's group (the reward variance
 # that the square-root theorem's v_b and the GRPO gradient's size depend on: 0 for all-solved and all-failed groups;
-# scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both).
-SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier")
+# scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both), and
+# ``informative``, 1 for every rollout of a group that is neither all correct nor all wrong (its bin mean is the bin's
+# share of groups with a gradient). The last two are beyond the paper (docs/allocation.md).
+SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier", "informative")
 
 
 # ---------------------------------------------------------------------------------------------- shared records
@@ -157,6 +159,9 @@ class StepFeedback:
         if name == "frontier":  # every rollout carries its group's 4·p̂(1 − p̂): the prompt mean is that (scaled)
             p = self.n_correct / np.maximum(self.n, 1)
             return (4.0 * p * (1.0 - p))[self.group_index]
+        if name == "informative":  # every rollout carries whether its group is mixed (has a gradient under GRPO)
+            c = self.n_correct
+            return ((c > 0) & (c < self.n)).astype(np.float64)[self.group_index]
         raise ValueError(f"signal must be one of {SIGNALS}, got {name!r}")
 
 

@@ -206,3 +206,40 @@ def test_each_step_spends_its_own_budget(make):
         assert n.sum() == n_bar * g and n.min() >= 1
         if not isinstance(alloc, FixedAllocator):
             assert alloc.n_bar == n_bar and n.min() >= alloc.n_min and n.max() <= alloc.n_max
+
+
+# ------------------------------------------------------------------------------------------------ variance signal
+def test_the_informative_signal_is_one_for_every_rollout_of_a_mixed_group():
+    # groups: 0 -> 2/3 correct (mixed), 1 -> 2/2 (solved), 2 -> 0/1 (unsolved), 3 -> 1/2 (mixed)
+    fb = feedback(np.arange(4), np.array([0, 0, 1, 1]), np.array([0, 0, 0, 1, 1, 2, 3, 3]),
+                  np.array([1, 1, 0, 1, 1, 0, 0, 1], dtype=bool))
+    assert fb.signal("informative").tolist() == [1, 1, 1, 0, 0, 0, 1, 1]
+    # frontier by hand: 4·(2/3)(1/3) = 8/9 for group 0, 0, 0, 4·(1/2)(1/2) = 1 for group 3
+    assert fb.signal("frontier").tolist() == pytest.approx([8 / 9] * 3 + [0, 0, 0, 1, 1])
+
+
+def _three_bin_run(alloc: RolloutGDRO, steps: int = 30) -> tuple[np.ndarray, np.ndarray]:
+    """Bin 0 learns (exactly half of each group right), bin 1 is solved (all right), bin 2 unsolved (all wrong)."""
+    alloc.bind(BinSpec(("0", "1", "2"), num_pass_bins=3))
+    bins = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    for _ in range(steps):
+        n = alloc.allocate(np.arange(9), bins, 4, None)
+        assert n.sum() == 36
+        group_index = np.repeat(np.arange(9), n)
+        rank = np.arange(len(group_index)) - np.r_[0, np.cumsum(n)[:-1]][group_index]  # position in its group
+        correct = np.where(bins[group_index] == 0, rank % 2 == 0, bins[group_index] == 1)
+        alloc.update(feedback(np.arange(9), bins, group_index, correct))
+    return bins, n
+
+
+@pytest.mark.parametrize("signal", ["frontier", "informative"])
+def test_the_variance_signal_moves_rollouts_to_the_learning_bin_and_away_from_saturated_ones(signal):
+    bins, n = _three_bin_run(RolloutGDRO(n_min=2, n_max=12, signal=signal))
+    assert n[bins == 0].min() > 4 and n[bins == 1].max() < 4 and n[bins == 2].max() < 4
+
+
+def test_the_paper_default_is_unchanged_and_feeds_the_unsolved_bin():
+    paper = RolloutGDRO(n_min=2, n_max=12)
+    assert (paper.signal, paper.score_update) == ("failure_rate", "lagrangian")
+    bins, n = _three_bin_run(paper)
+    assert n[bins == 2].min() > 4 and n[bins == 1].max() < 4  # failure rate: the unsolved bin gets the surplus

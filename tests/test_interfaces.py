@@ -113,14 +113,16 @@ def test_step_feedback_signals():
         assert sig.dtype == np.float64 and sig.shape == (5,), name
     # frontier: each rollout carries its group's 4 p(1 - p): group 0 solved 1 of 2, group 2 solved 2 of 3
     np.testing.assert_allclose(fb.signal("frontier"), [1.0, 1.0, 8 / 9, 8 / 9, 8 / 9], rtol=0, atol=1e-15)
-    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier"}
+    # informative: both groups are mixed (1 of 2, 2 of 3 right)
+    np.testing.assert_array_equal(fb.signal("informative"), [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier", "informative"}
     without_kl = StepFeedback(**valid(beta_kl=0.0))
     np.testing.assert_array_equal(without_kl.signal("pg_kl"), without_kl.signal("pg_loss"))
 
 
 @pytest.mark.parametrize("name", ["loss", "PG_LOSS", "", "correct"])
 def test_step_feedback_unknown_signal_raises(name):
-    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate', 'frontier'\)"):
+    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate', 'frontier', 'informative'\)"):
         StepFeedback(**valid()).signal(name)
 
 
