@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gdro import distributed
 from gdro.distributed import Dist
+from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy
 from gdro.policy import Forward
@@ -57,7 +58,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
+GROUPS = ("model", "data", "classifier", "sampler", "allocator", "filter", "rollout", "loss", "optim", "reward", "eval",
+          "logger")
 COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
@@ -71,6 +73,7 @@ class Components:
     classifier: DifficultyClassifier
     sampler: PromptSampler
     allocator: RolloutAllocator
+    filter: Filter  # which generated groups a step trains on (gdro.filters)
     rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
     loss: Loss
     optim: OptimConfig
@@ -251,6 +254,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     run, spec = comp.run, comp.model
     device = place(run.threads, run.device, seed=run.seed)
     dist = join_processes(comp.dist, device, run.prompts_per_step)
+    if dist.world > 1 and not isinstance(comp.filter, NoFilter):  # the kept groups would differ between processes
+        raise ConfigError(f"filter={type(comp.filter).__name__} runs in one process only (got {dist.world})")
     run_dir, resolved = Path(run_dir), OmegaConf.to_container(cfg, resolve=True)
     resume = resume_point(run, run_dir, resolved, dist)  # checked: resume=, the config, steps, the processes
     ckpt, ckpt_meta = resume or (None, None)
@@ -268,7 +273,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         run=run, models=policy, reward=comp.reward,
         controllers=Controllers(comp.sampler, comp.allocator, comp.classifier),
         problems=Problems(splits.problems["train"], splits.problems["test"]),
-        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling,
+        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, filter=comp.filter,
         forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
     )
     return Training(Run(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)

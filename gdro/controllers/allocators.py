@@ -53,7 +53,11 @@ class FixedAllocator:
 
 
 class _BinAllocator:
-    """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics."""
+    """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics.
+
+    A step may allocate in several rounds (``filter=dynamic``); a bin allocator then learns from its last round's
+    arms and bins, with each bin's signal over every group of that bin the step trained on (a bin the last round
+    did not hold is not updated)."""
 
     def __init__(self, n_min: int, n_max: int):
         check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
@@ -89,7 +93,7 @@ class _BinAllocator:
         g = len(bins)
         per_prompt = np.bincount(group_index, weights=np.asarray(per_rollout, dtype=np.float64), minlength=g)
         per_prompt /= np.maximum(np.bincount(group_index, minlength=g), 1)
-        mean, _ = bin_means(per_prompt, bins, int(bins.max()) + 1)
+        mean, _ = bin_means(per_prompt, bins, int(max(bins.max(), self._last["bins"].max())) + 1)
         return mean[self._last["bins"]]
 
     def _common_metrics(self) -> dict[str, float]:

@@ -307,10 +307,12 @@ def load_run(run_dir: Path) -> Run:
     problems += _completion_problems(meta, config, rows)
     sampler = _component(meta, "sampler", "uniform", ("Sampler",))
     allocator = _component(meta, "allocator", "fixed", ("Allocator",))
-    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator
+    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator(+filter)(+skip)
+    extra = [c for g, suf in (("filter", ("Filter",)), ("skip", ("Skip",)))
+             if (c := _component(meta, g, "none", suf)) not in ("none", "no")]  # non-default options only
     return Run(
         path=run_dir,
-        method=label if isinstance(label, str) and label.strip() else f"{sampler}+{allocator}",
+        method=label if isinstance(label, str) and label.strip() else "+".join([sampler, allocator, *extra]),
         seed=config.get("seed"),
         config=config,
         rows=rows,
