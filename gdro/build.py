@@ -29,6 +29,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from gdro import distributed
 from gdro.distributed import Dist
+from gdro.controllers.skip import NoSkip
 from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy
@@ -58,8 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("model", "data", "classifier", "sampler", "allocator", "filter", "rollout", "loss", "optim", "reward", "eval",
-          "logger")
+GROUPS = ("model", "data", "classifier", "sampler", "skip", "allocator", "filter", "rollout", "loss", "optim", "reward",
+          "eval", "logger")
 COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
@@ -71,7 +72,8 @@ class Components:
     model: ModelSpec
     data: ProblemSource
     classifier: DifficultyClassifier
-    sampler: PromptSampler
+    sampler: PromptSampler  # with skip=greso, wrapped in its pre-rollout skip (gdro.controllers.skip)
+    skip: Any  # gdro.controllers.skip.NoSkip | GresoSkip
     allocator: RolloutAllocator
     filter: Filter  # which generated groups a step trains on (gdro.filters)
     rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
@@ -98,6 +100,10 @@ def build_components(cfg: DictConfig) -> Components:
         raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
                           f"(allocator {type(parts['allocator']).__name__})") from err
     check_engine(parts["rollout"])
+    if not isinstance(parts["skip"], NoSkip) and parts["sampler"].reads_labels:
+        raise ConfigError("skip=greso cannot wrap a control that reads the generator's labels (sampler "
+                          f"{type(parts['sampler']).__name__}): the oracle would no longer be the oracle")
+    parts["sampler"] = parts["skip"].wrap(parts["sampler"])
     return Components(run, **parts)
 
 
