@@ -17,6 +17,12 @@ DISPLAY_NAMES = {
     "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
     "uniform+sqrt": "Square-root",
     "oracle-levels+fixed": "Oracle: uniform over levels (control)",
+    "uniform+knapsack": "Knapsack RL",
+    "uniform+rollout-gdro-variance": "Rollout-GDRO (variance signal)",
+    "uniform+fixed+dynamic": "Dynamic sampling (DAPO)",
+    "dynamic": "Dynamic sampling (DAPO)",
+    "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
+    "skip": "Pre-rollout skip (GRESO-style)",
 }
 
 
