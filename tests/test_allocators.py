@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, RolloutGDROVariance, SqrtAllocator
 from gdro.interfaces import BinSpec, StepFeedback
 
 
@@ -234,7 +234,7 @@ def _three_bin_run(alloc: RolloutGDRO, steps: int = 30) -> tuple[np.ndarray, np.
 
 @pytest.mark.parametrize("signal", ["frontier", "informative"])
 def test_the_variance_signal_moves_rollouts_to_the_learning_bin_and_away_from_saturated_ones(signal):
-    bins, n = _three_bin_run(RolloutGDRO(n_min=2, n_max=12, signal=signal))
+    bins, n = _three_bin_run(RolloutGDROVariance(n_min=2, n_max=12, signal=signal))
     assert n[bins == 0].min() > 4 and n[bins == 1].max() < 4 and n[bins == 2].max() < 4
 
 
@@ -243,3 +243,9 @@ def test_the_paper_default_is_unchanged_and_feeds_the_unsolved_bin():
     assert (paper.signal, paper.score_update) == ("failure_rate", "lagrangian")
     bins, n = _three_bin_run(paper)
     assert n[bins == 2].min() > 4 and n[bins == 1].max() < 4  # failure rate: the unsolved bin gets the surplus
+
+
+def test_the_variance_option_takes_only_variance_signals():
+    assert RolloutGDROVariance().signal == "frontier"
+    with pytest.raises(ValueError, match="signal must be frontier | informative"):
+        RolloutGDROVariance(signal="failure_rate")

@@ -218,6 +218,20 @@ class RolloutGDRO(_BinAllocator):
         self.scores = {int(b): np.asarray(s, dtype=np.float64) for b, s in state["scores"].items()}
 
 
+class RolloutGDROVariance(RolloutGDRO):
+    """BEYOND THE PAPER: Rollout-GDRO whose arm score is a bin's reward variance (``allocator=rollout-gdro-variance``):
+    ``signal`` is ``frontier`` (each group's 4p̂(1 − p̂)) or ``informative`` (the bin's share of groups with signal),
+    so that rollouts move toward bins that are still learning. Everything else is :class:`RolloutGDRO`'s; its paper
+    default and the released code's signal are unchanged there (docs/allocation.md)."""
+
+    def __init__(self, n_min: int = 2, n_max: int = 24, eta: float = 0.65, gamma: float = 0.01,
+                 alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
+                 consumption: str = "expected", signal: str = "frontier"):
+        if signal not in ("frontier", "informative"):
+            raise ValueError(f"signal must be frontier | informative (a variance signal), got {signal!r}")
+        super().__init__(n_min, n_max, eta, gamma, alpha_mu, mu_init, beta_ema, score_update, consumption, signal)
+
+
 class SqrtAllocator(_BinAllocator):
     """Square-root law (Theorem 4.2, Eq. 30): n_b ∝ √v_b under the same mean budget, exact integers in bounds.
 
