@@ -28,8 +28,8 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gdro import distributed
-from gdro.distributed import Dist
 from gdro.controllers.skip import NoSkip
+from gdro.distributed import Dist
 from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy

@@ -26,8 +26,15 @@ from gdro.loss import Loss
 from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
-from gdro.run.seeding import (STREAM_ROLLOUT, STREAM_ROLLOUT_ROUND, STREAM_SAMPLER, STREAM_UPDATE, derive_seed,
-                               rng_state, set_rng_state)
+from gdro.run.seeding import (
+    STREAM_ROLLOUT,
+    STREAM_ROLLOUT_ROUND,
+    STREAM_SAMPLER,
+    STREAM_UPDATE,
+    derive_seed,
+    rng_state,
+    set_rng_state,
+)
 from gdro.run.tracking import StepClock
 
 

@@ -50,9 +50,9 @@ class GresoSkip:
                              ("max_draws", int(max_draws) == max_draws and max_draws >= 1, "must be an integer >= 1")):
             if not ok:
                 raise ValueError(f"{key} {why}, got {locals()[key]!r}")
-        self.settings = dict(keep_base=float(keep_base), keep_floor=float(keep_floor), adapt=bool(adapt),
-                             target_zero_var=float(target_zero_var), adapt_step=float(adapt_step),
-                             max_draws=int(max_draws))
+        self.settings = {"keep_base": float(keep_base), "keep_floor": float(keep_floor), "adapt": bool(adapt),
+                         "target_zero_var": float(target_zero_var), "adapt_step": float(adapt_step),
+                         "max_draws": int(max_draws)}
 
     def wrap(self, sampler: PromptSampler) -> PromptSampler:
         return PreRolloutSkip(sampler, **self.settings)
