@@ -26,15 +26,8 @@ from gdro.loss import Loss
 from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
-from gdro.run.seeding import (
-    STREAM_ROLLOUT,
-    STREAM_ROLLOUT_ROUND,
-    STREAM_SAMPLER,
-    STREAM_UPDATE,
-    derive_seed,
-    rng_state,
-    set_rng_state,
-)
+from gdro.run import seeding
+from gdro.run.seeding import derive_seed, rng_state, set_rng_state
 from gdro.run.tracking import StepClock
 
 
@@ -118,8 +111,8 @@ class Trainer:
 
     def setup(self) -> None:
         """The optimiser, its schedule and the RNG streams; the controllers bound to the pool."""
-        rngs = {"sampler": np.random.default_rng(derive_seed(self.run.seed, STREAM_SAMPLER)),
-                "update": np.random.default_rng(derive_seed(self.run.seed, STREAM_UPDATE))}
+        rngs = {"sampler": np.random.default_rng(derive_seed(self.run.seed, seeding.STREAM_SAMPLER)),
+                "update": np.random.default_rng(derive_seed(self.run.seed, seeding.STREAM_UPDATE))}
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         # what each controller may see of the pool: uids; the generator's labels only for the oracle control
         uids = tuple(p.uid for p in self.train_problems)
@@ -190,7 +183,7 @@ class Trainer:
             # the current policy samples (whole groups per shard); round 0 on the step's stream, later rounds on their own
             ids, bins, n, bounds = self.dist.shard_order(ids, bins, n)
             probs = [self.train_problems[i] for i in ids]
-            keys = (STREAM_ROLLOUT, step) if rnd == 0 else (STREAM_ROLLOUT_ROUND, step, rnd)
+            keys = (seeding.STREAM_ROLLOUT, step) if rnd == 0 else (seeding.STREAM_ROLLOUT_ROUND, step, rnd)
             roll, local = self.dist.generate(self.engine, [p.prompt for p in probs], n, bounds,
                                              lambda *shard: derive_seed(run.seed, *keys, *shard), self.train_sampling)
             st.ledger.generated(bins, n, int(roll.lengths.sum()))  # every generated rollout counts (ledger)
