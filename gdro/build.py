@@ -28,7 +28,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from gdro import distributed
+from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
+from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy
 from gdro.policy import Forward
@@ -57,7 +59,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("model", "data", "classifier", "sampler", "allocator", "rollout", "loss", "optim", "reward", "eval", "logger")
+GROUPS = ("model", "data", "classifier", "sampler", "skip", "allocator", "filter", "rollout", "loss", "optim", "reward",
+          "eval", "logger")
 COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
@@ -69,8 +72,10 @@ class Components:
     model: ModelSpec
     data: ProblemSource
     classifier: DifficultyClassifier
-    sampler: PromptSampler
+    sampler: PromptSampler  # with skip=greso, wrapped in its pre-rollout skip (gdro.controllers.skip)
+    skip: Any  # gdro.controllers.skip.NoSkip | GresoSkip
     allocator: RolloutAllocator
+    filter: Filter  # which generated groups a step trains on (gdro.filters)
     rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
     loss: Loss
     optim: OptimConfig
@@ -95,6 +100,10 @@ def build_components(cfg: DictConfig) -> Components:
         raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
                           f"(allocator {type(parts['allocator']).__name__})") from err
     check_engine(parts["rollout"])
+    if not isinstance(parts["skip"], NoSkip) and parts["sampler"].reads_labels:
+        raise ConfigError("skip=greso cannot wrap a control that reads the generator's labels (sampler "
+                          f"{type(parts['sampler']).__name__}): the oracle would no longer be the oracle")
+    parts["sampler"] = parts["skip"].wrap(parts["sampler"])
     return Components(run, **parts)
 
 
@@ -256,6 +265,8 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     if comp.model.lora.enabled and dist.world > 1:
         raise ConfigError(f"model.lora.r={comp.model.lora.r} with {dist.world} processes: LoRA is not supported with FSDP2 "
                           "here yet; train it in one process, or set model.lora.r=0")
+    if dist.world > 1 and not isinstance(comp.filter, NoFilter):  # the kept groups would differ between processes
+        raise ConfigError(f"filter={type(comp.filter).__name__} runs in one process only (got {dist.world})")
     run_dir, resolved = Path(run_dir), OmegaConf.to_container(cfg, resolve=True)
     resume = resume_point(run, run_dir, resolved, dist)  # checked: resume=, the config, steps, the processes
     ckpt, ckpt_meta = resume or (None, None)
@@ -273,7 +284,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         run=run, models=policy, reward=comp.reward,
         controllers=Controllers(comp.sampler, comp.allocator, comp.classifier),
         problems=Problems(splits.problems["train"], splits.problems["test"]),
-        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling,
+        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, filter=comp.filter,
         forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
     )
     return Training(Run(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)

@@ -24,8 +24,10 @@ import numpy as np
 # Per-rollout controller signals (Eq. 13 input): the official code's clipped-PG loss, Eq. 6 with its KL term,
 # the failure rate 1 − correct, and the frontier signal 4·p̂(1 − p̂) of the rollout's group (the reward variance
 # that the square-root theorem's v_b and the GRPO gradient's size depend on: 0 for all-solved and all-failed groups;
-# scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both).
-SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier")
+# scaled by 4 to [0, 1], the failure rate's range, so that a step size η means the same for both), and
+# ``informative``, 1 for every rollout of a group that is neither all correct nor all wrong (its bin mean is the bin's
+# share of groups with a gradient). The last two are beyond the paper (docs/allocation.md).
+SIGNALS = ("pg_loss", "pg_kl", "failure_rate", "frontier", "informative")
 
 
 # ---------------------------------------------------------------------------------------------- shared records
@@ -157,6 +159,9 @@ class StepFeedback:
         if name == "frontier":  # every rollout carries its group's 4·p̂(1 − p̂): the prompt mean is that (scaled)
             p = self.n_correct / np.maximum(self.n, 1)
             return (4.0 * p * (1.0 - p))[self.group_index]
+        if name == "informative":  # every rollout carries whether its group is mixed (has a gradient under GRPO)
+            c = self.n_correct
+            return ((c > 0) & (c < self.n)).astype(np.float64)[self.group_index]
         raise ValueError(f"signal must be one of {SIGNALS}, got {name!r}")
 
 
@@ -181,7 +186,21 @@ class DifficultyClassifier(Stateful, Protocol):
 
     def all_bins(self) -> np.ndarray: ...
 
+    def success_rate(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) per-rollout success rate p in [0, 1] of prompts ``ids`` from their recent visits, never NaN: a
+        never-seen prompt gets the classifier's stated prior (``unseen_p``)."""
+
+    def seen(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) bool: whether each prompt has been visited."""
+
+    def zero_variance_streak(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) int: how many of each prompt's latest visits in a row were all correct or all wrong."""
+
     def update(self, feedback: StepFeedback) -> None: ...
+
+    def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
+        """One visit per entry: ``correct`` of ``total`` rollouts right (groups generated but not trained on, e.g.
+        those a filter dropped, are history too)."""
 
     def metrics(self) -> dict[str, float]: ...
 
@@ -212,8 +231,11 @@ class RolloutAllocator(Stateful, Protocol):
     def check_budget(self, n_bar: int) -> None:
         """Raise ValueError if a mean of ``n_bar`` rollouts per prompt cannot be met (checked once, before a run)."""
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
-        """(G,) rollouts for prompts in ``bins`` (G,), summing to the step's budget ``n_bar × G`` exactly."""
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier) -> np.ndarray:
+        """(G,) rollouts for the prompts ``ids`` (G,) in ``bins`` (G,), summing to the step's budget ``n_bar × G``
+        exactly; per-prompt history (``classifier.success_rate(ids)``, ...) is read from ``classifier``, as
+        ``PromptSampler.sample`` does. A step may call it more than once (``filter=dynamic`` draws in rounds)."""
 
     def update(self, feedback: StepFeedback) -> None: ...
 

@@ -17,21 +17,17 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.controllers.ledger import ComputeLedger, rollout_metrics
 from gdro.distributed import Dist
 from gdro.evaluation.heldout import EvalConfig, evaluate
+from gdro.filters import Drawn, Filter, NoFilter
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
 from gdro.loss import Loss
 from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
-from gdro.run.seeding import (
-    STREAM_ROLLOUT,
-    STREAM_SAMPLER,
-    STREAM_UPDATE,
-    derive_seed,
-    rng_state,
-    set_rng_state,
-)
+from gdro.run import seeding
+from gdro.run.seeding import derive_seed, rng_state, set_rng_state
 from gdro.run.tracking import StepClock
 
 
@@ -71,12 +67,13 @@ class RunConfig:
 
 @dataclass
 class _State:
-    """What the algorithm carries from step to step: the optimiser, its schedule, the RNG streams, the last step."""
+    """What the algorithm carries from step to step: optimiser, schedule, RNG streams, last step, compute ledger."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LRScheduler
     rngs: dict[str, np.random.Generator]
     step: int = 0
+    ledger: ComputeLedger = field(default_factory=ComputeLedger)  # what the run generated (gdro.controllers.ledger)
 
 
 @dataclass
@@ -94,6 +91,7 @@ class Trainer:
     eval_cfg: EvalConfig
     train_sampling: SamplingParams
     forward: Forward  # how the policy's forwards run (layouts, micro-batches, processes): gdro.policy.forward
+    filter: Filter = field(default_factory=NoFilter)  # which generated groups a step trains on (gdro.filters)
     st: _State | None = field(default=None, init=False, repr=False)  # set up by setup()
 
     # the parts under the names the step reads (and callers used before they were grouped)
@@ -113,8 +111,8 @@ class Trainer:
 
     def setup(self) -> None:
         """The optimiser, its schedule and the RNG streams; the controllers bound to the pool."""
-        rngs = {"sampler": np.random.default_rng(derive_seed(self.run.seed, STREAM_SAMPLER)),
-                "update": np.random.default_rng(derive_seed(self.run.seed, STREAM_UPDATE))}
+        rngs = {"sampler": np.random.default_rng(derive_seed(self.run.seed, seeding.STREAM_SAMPLER)),
+                "update": np.random.default_rng(derive_seed(self.run.seed, seeding.STREAM_UPDATE))}
         optimizer, scheduler = self.optim_cfg.make(self.policy.parameters())
         # what each controller may see of the pool: uids; the generator's labels only for the oracle control
         uids = tuple(p.uid for p in self.train_problems)
@@ -140,44 +138,58 @@ class Trainer:
     def _step(self, step: int, st: _State) -> dict[str, Any]:
         """One GRPO step, as the algorithm reads; returns its metrics row."""
         run, loss, clock = self.run, self.loss_cfg, StepClock()
-        with clock("gen_s"):
-            # 1. which prompts; their difficulty bins from history up to step-1; rollouts per prompt (ragged)
-            ids = self.sampler.sample(run.prompts_per_step, st.rngs["sampler"], self.classifier)
-            bins = self.classifier.bins(ids)
-            n = self.allocator.allocate(bins, run.rollouts_per_prompt)
-            # 2. sample from the current policy (in shards of whole groups when the step is split across processes)
-            ids, bins, n, bounds = self.dist.shard_order(ids, bins, n)
-            probs = [self.train_problems[i] for i in ids]
-            roll, local = self.dist.generate(self.engine, [p.prompt for p in probs], n, bounds,
-                                             lambda *shard: derive_seed(run.seed, STREAM_ROLLOUT, step, *shard),
-                                             self.train_sampling)
+        # 1-3. prompts, rollouts per prompt (ragged), generation and reward in one round (_draw) -- or in several, when
+        #      a filter keeps only groups with signal (DAPO); the ledger counts every generated rollout, kept or not
+        c = self.filter.collect(lambda count, rnd: self._draw(step, st, count, rnd, clock), run.prompts_per_step)
+        d = c.kept
         with clock("reward_s"):
-            # 3. verifiable reward and the loss's advantages over each prompt's own group (GRPO: Eq. 3)
-            scored = self.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
-            adv = loss.advantages(torch.as_tensor(scored.rewards, dtype=torch.float32),
-                                  torch.as_tensor(roll.group_index), len(probs))
+            # the loss's advantages over each prompt's own group (GRPO: Eq. 3)
+            adv = loss.advantages(torch.as_tensor(d.scored.rewards, dtype=torch.float32),
+                                  torch.as_tensor(d.roll.group_index), len(d.ids))
         with clock("controller_s"):
             # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
-            mult = self.sampler.loss_weights(bins, roll.group_index)
+            mult = self.sampler.loss_weights(d.bins, d.roll.group_index)
         with clock("update_s"):
-            stats, losses = ppo_update(self.policy, st.optimizer, st.scheduler, roll,
+            stats, losses = ppo_update(self.policy, st.optimizer, st.scheduler, d.roll,
                                        adv * torch.as_tensor(mult, dtype=adv.dtype), loss, self.optim_cfg,
-                                       self.forward, rng=st.rngs["update"], ref_model=self.ref_model, local_rows=local)
+                                       self.forward, rng=st.rngs["update"], ref_model=self.ref_model, local_rows=d.local)
         with clock("controller_s"):
             # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
-            #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal
-            feedback = StepFeedback(ids=ids, bins=bins, n=n, group_index=roll.group_index, correct=scored.correct,
+            #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal.
+            #    Groups a filter dropped are the classifier's history too.
+            if (dropped := c.discarded()) is not None:
+                self.classifier.record(dropped.ids, dropped.n_correct, dropped.n)
+            feedback = StepFeedback(ids=d.ids, bins=d.bins, n=d.n, group_index=d.roll.group_index, correct=d.scored.correct,
                                     pg_loss=losses.pg / mult, kl=losses.kl, beta_kl=loss.beta_kl)
             for part in self.controllers:
                 part.update(feedback)
         with clock("sync_s"):
             self.dist.sync_engine(self.engine, self.policy)
-        row = {"step": step, **stats, **rollout_metrics(roll, scored, feedback.n_correct, adv,
+        st.ledger.trained(d.bins, d.n, d.mixed)
+        row = {"step": step, **stats, **rollout_metrics(d.roll, d.scored, feedback.n_correct, adv,
                                                         self.train_sampling.max_new_tokens)}
-        row.update(self.reward.metrics(scored))
-        for part in self.controllers:
+        row.update(self.reward.metrics(c.generated.scored))  # every generated rollout's verdicts
+        for part in (*self.controllers, self.filter):
             row.update(part.metrics())
-        return row | clock.metrics()
+        return row | st.ledger.metrics(self.classifier.bin_spec().labels) | clock.metrics()
+
+    def _draw(self, step: int, st: _State, count: int, rnd: int, clock: StepClock) -> Drawn:
+        """One generation round of ``count`` prompts: sample, bin (history up to step-1), allocate, generate, score."""
+        run = self.run
+        with clock("gen_s"):
+            ids = self.sampler.sample(count, st.rngs["sampler"], self.classifier)
+            bins = self.classifier.bins(ids)
+            n = self.allocator.allocate(ids, bins, run.rollouts_per_prompt, self.classifier)
+            # the current policy samples (whole groups per shard); round 0 on the step's stream, later rounds on their own
+            ids, bins, n, bounds = self.dist.shard_order(ids, bins, n)
+            probs = [self.train_problems[i] for i in ids]
+            keys = (seeding.STREAM_ROLLOUT, step) if rnd == 0 else (seeding.STREAM_ROLLOUT_ROUND, step, rnd)
+            roll, local = self.dist.generate(self.engine, [p.prompt for p in probs], n, bounds,
+                                             lambda *shard: derive_seed(run.seed, *keys, *shard), self.train_sampling)
+            st.ledger.generated(bins, n, int(roll.lengths.sum()))  # every generated rollout counts (ledger)
+        with clock("reward_s"):
+            scored = self.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
+        return Drawn(ids, bins, n, roll, scored, local)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds of the algorithm, by file: the policy; the optimiser and its schedule; the step, each
@@ -187,7 +199,8 @@ class Trainer:
         return {"policy": policy_state, "optimizer": {"optimizer": optim_state, "scheduler": st.scheduler.state_dict()},
                 "trainer": {"step": st.step, "sampler": self.sampler.state_dict(),
                             "classifier": self.classifier.state_dict(), "allocator": self.allocator.state_dict(),
-                            "rng": rng_state(st.rngs), "world_size": self.dist.world}}
+                            "rng": rng_state(st.rngs), "world_size": self.dist.world,
+                            "ledger": st.ledger.state_dict()}}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from what :meth:`state_dict` returned (after :meth:`setup`); the engine samples the loaded
@@ -199,6 +212,8 @@ class Trainer:
         self.classifier.load_state_dict(tr["classifier"])
         self.allocator.load_state_dict(tr["allocator"])
         set_rng_state(tr["rng"], st.rngs)
+        if "ledger" in tr:  # a checkpoint from before the ledger: its counts start at 0
+            st.ledger.load_state_dict(tr["ledger"])
         self.dist.sync_engine(self.engine, self.policy)
         st.step = int(tr["step"])
 
@@ -222,21 +237,6 @@ class Trainer:
         if not self.dist.main:  # one process writes
             return
         save_model_dir(self.policy, self.models.tokenizer, path, state)  # a LoRA run: merged, and its adapter
-
-
-def rollout_metrics(roll, scored, n_correct: np.ndarray, adv: torch.Tensor, max_new: int) -> dict[str, float]:
-    """The step's reward, rollout and advantage summaries."""
-    sizes = roll.group_sizes
-    g_mean = n_correct / np.maximum(sizes, 1)
-    return {
-        "reward/mean": float(scored.rewards.mean()), "reward/std": float(scored.rewards.std()),
-        "rollout/len_mean": float(roll.lengths.mean()), "rollout/len_max": float(roll.lengths.max()),
-        "rollout/n_total": float(len(roll)), "rollout/n_prompts": float(len(sizes)),
-        "rollout/n_per_prompt_mean": float(sizes.mean()),
-        "rollout/clip_len_frac": float((roll.lengths >= max_new).mean()),
-        "rollout/solved_frac": float((g_mean == 1).mean()), "rollout/unsolved_frac": float((g_mean == 0).mean()),
-        "train/adv_abs_mean": float(adv.abs().mean()),
-    }
 
 
 def __getattr__(name: str) -> Any:

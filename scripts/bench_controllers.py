@@ -44,7 +44,7 @@ def run(sampler, classifier, *, prompts: int, pool: int, n: int, steps: int, see
         t0 = time.perf_counter()
         ids = sampler.sample(prompts, rng, classifier)
         bins = classifier.bins(ids)
-        counts = allocator.allocate(bins, n)
+        counts = allocator.allocate(ids, bins, n, classifier)
         group_index = np.repeat(np.arange(prompts), counts)
         t_a = time.perf_counter() - t0
         correct = rng.random(len(group_index)) < true_p[ids][group_index]  # (not timed: the policy's part)

@@ -39,7 +39,7 @@ FLOORS = {
     2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
     3: ["models", "rollout", "evaluation.heldout"],  # models and rollout engines
     4: ["distributed", "policy"],  # the execution layer: how a step runs
-    5: ["trainer", "run.lifecycle", "run.record"],  # the loop: the algorithm (trainer) and its lifecycle (run)
+    5: ["trainer", "filters", "run.lifecycle", "run.record"],  # the loop: the algorithm (trainer) and its lifecycle (run)
     6: ["build"],  # the composition root
     7: ["cli", "entry", "app", "evaluation", "report"],  # entry points: gdro-train, gdro-eval, gdro-rescore, reports
 }

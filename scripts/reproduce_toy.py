@@ -74,6 +74,21 @@ CURRICULUM: dict[str, list[str]] = {
     "resample-frontier": FRONTIER["resample-frontier"],
     "prompt-gdro-eta2": ["sampler=prompt-gdro", "sampler.eta=2.0", "allocator=fixed"],
 }
+# --preset allocation (issue #31): the field's allocation methods at equal compute on experiment=toy-curriculum, 8
+# seeds paired with GRPO: GRPO, DAPO dynamic sampling, the GRESO-style pre-rollout skip, Knapsack RL, Rollout-GDRO
+# (the paper's default and the variance signal, beyond the paper), the square-root allocator, Prompt-GDRO and the
+# label-reading oracle. The report compares them at equal generated tokens (compute.md) as well as at equal steps.
+ALLOCATION: dict[str, list[str]] = {
+    "grpo": METHODS["grpo"],
+    "dynamic": ["sampler=uniform", "allocator=fixed", "filter=dynamic"],
+    "skip": ["sampler=uniform", "allocator=fixed", "skip=greso"],
+    "knapsack": ["sampler=uniform", "allocator=knapsack"],
+    "rollout-gdro": METHODS["rollout-gdro"],
+    "rollout-gdro-variance": ["sampler=uniform", "allocator=rollout-gdro-variance"],
+    "sqrt": METHODS["sqrt"],
+    "prompt-gdro": METHODS["prompt-gdro"],
+    "oracle": METHODS["oracle"],
+}
 PRESETS: dict[str, dict] = {
     "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
     "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150,
@@ -84,12 +99,15 @@ PRESETS: dict[str, dict] = {
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/toy-curriculum",
                    # the hard tail of the protocol (docs/results.md): the levels below 50% mean@8 at the warm start
                    "report": ["--tail-levels", "7-8"]},
+    "allocation": {"methods": ALLOCATION, "base": ["experiment=toy-curriculum"], "steps": 250,
+                   "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation",
+                   "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
 }
 
 
 # relative run time of each row, measured here (reproduction of issue #11: oracle 123 s, square-root 95 s, the
 # others 87-100 s); only the order in which runs start depends on it
-COST = {"oracle": 1.3, "resample-frontier": 1.25, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0,
+COST = {"dynamic": 2.0, "oracle": 1.3, "resample-frontier": 1.25, "sqrt": 1.05, "grpo": 1.0, "prompt-gdro": 1.0,
         "prompt-gdro-eta2": 1.0, "joint": 0.95, "rollout-gdro": 0.95}
 
 

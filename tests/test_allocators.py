@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, RolloutGDROVariance, SqrtAllocator
 from gdro.interfaces import BinSpec, StepFeedback
 
 
@@ -28,7 +28,7 @@ def _step(alloc, bins: np.ndarray, n_bar: int, correct_p: dict[int, float], rng:
     must be built with ``signal="pg_loss"``); with the default it reaches the allocator under every signal name.
     """
     bins = np.asarray(bins, dtype=np.int64)
-    n = alloc.allocate(bins, n_bar)
+    n = alloc.allocate(np.arange(len(bins)), bins, n_bar, None)
     group_index = np.repeat(np.arange(len(bins)), n)
     p = np.array([correct_p.get(int(b), 0.5) for b in bins])[group_index]
     correct = rng.random(len(group_index)) < p
@@ -56,7 +56,7 @@ def test_rollout_gdro_meets_budget_exactly_within_bounds(bins, n_bar, seed):
 def test_equal_scores_give_n_bar_everywhere():
     alloc = RolloutGDRO(n_min=2, n_max=12)
     bins = np.array([0, 0, 1, 2, 2, 2, 9])
-    assert alloc.allocate(bins, 4).tolist() == [4] * 7
+    assert alloc.allocate(np.arange(7), bins, 4, None).tolist() == [4] * 7
 
 
 def test_mu_rises_when_consumption_exceeds_budget_and_falls_below():
@@ -111,16 +111,17 @@ def test_state_round_trip():
     rng = np.random.default_rng(2)
     a = RolloutGDRO(n_min=2, n_max=12)
     bins = rng.integers(0, 5, size=30)
+    ids = np.arange(30)
     for _ in range(3):
         _step(a, bins, 4, {b: rng.random() for b in range(5)}, rng)
     b = RolloutGDRO(n_min=2, n_max=12)
     b.load_state_dict(a.state_dict())
-    assert b.mu == a.mu and np.array_equal(a.allocate(bins, 4), b.allocate(bins, 4))
+    assert b.mu == a.mu and np.array_equal(a.allocate(ids, bins, 4, None), b.allocate(ids, bins, 4, None))
     s = SqrtAllocator(n_min=2, n_max=12)
     _step(s, bins, 4, {0: 0.3}, rng)
     t = SqrtAllocator(n_min=2, n_max=12)
     t.load_state_dict(s.state_dict())
-    assert np.array_equal(s.allocate(bins, 4), t.allocate(bins, 4))
+    assert np.array_equal(s.allocate(ids, bins, 4, None), t.allocate(ids, bins, 4, None))
 
 
 @pytest.mark.parametrize(
@@ -165,10 +166,10 @@ def test_the_budget_is_the_mean_times_the_prompts_and_a_step_needs_one(make):
     alloc.bind(BinSpec(("0", "1", "unseen"), num_pass_bins=2))
     for n_bar in (2, 4, 12):
         alloc.check_budget(n_bar)  # feasible: no error
-        assert alloc.allocate(np.array([0, 1, 1]), n_bar).sum() == 3 * n_bar
+        assert alloc.allocate(np.arange(3), np.array([0, 1, 1]), n_bar, None).sum() == 3 * n_bar
     if not isinstance(alloc, FixedAllocator):
         with pytest.raises(ValueError, match="at least one prompt"):
-            alloc.allocate(np.zeros(0, dtype=np.int64), 8)
+            alloc.allocate(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 8, None)
 
 
 @pytest.mark.parametrize("n_bar", [1, 4, 7])
@@ -176,7 +177,7 @@ def test_fixed_allocator_gives_every_prompt_the_mean_budget(n_bar):
     alloc = FixedAllocator()
     alloc.bind(BinSpec(("0", "1", "unseen"), num_pass_bins=2))
     bins = np.array([2, 0, 1, 1, 0])
-    n = alloc.allocate(bins, n_bar)
+    n = alloc.allocate(np.arange(5), bins, n_bar, None)
     assert n.dtype == np.int64 and n.tolist() == [n_bar] * 5
     _step(alloc, bins, n_bar, {}, np.random.default_rng(0))
     assert alloc.metrics() == {} and alloc.state_dict() == {}
@@ -205,3 +206,46 @@ def test_each_step_spends_its_own_budget(make):
         assert n.sum() == n_bar * g and n.min() >= 1
         if not isinstance(alloc, FixedAllocator):
             assert alloc.n_bar == n_bar and n.min() >= alloc.n_min and n.max() <= alloc.n_max
+
+
+# ------------------------------------------------------------------------------------------------ variance signal
+def test_the_informative_signal_is_one_for_every_rollout_of_a_mixed_group():
+    # groups: 0 -> 2/3 correct (mixed), 1 -> 2/2 (solved), 2 -> 0/1 (unsolved), 3 -> 1/2 (mixed)
+    fb = feedback(np.arange(4), np.array([0, 0, 1, 1]), np.array([0, 0, 0, 1, 1, 2, 3, 3]),
+                  np.array([1, 1, 0, 1, 1, 0, 0, 1], dtype=bool))
+    assert fb.signal("informative").tolist() == [1, 1, 1, 0, 0, 0, 1, 1]
+    # frontier by hand: 4·(2/3)(1/3) = 8/9 for group 0, 0, 0, 4·(1/2)(1/2) = 1 for group 3
+    assert fb.signal("frontier").tolist() == pytest.approx([8 / 9] * 3 + [0, 0, 0, 1, 1])
+
+
+def _three_bin_run(alloc: RolloutGDRO, steps: int = 30) -> tuple[np.ndarray, np.ndarray]:
+    """Bin 0 learns (exactly half of each group right), bin 1 is solved (all right), bin 2 unsolved (all wrong)."""
+    alloc.bind(BinSpec(("0", "1", "2"), num_pass_bins=3))
+    bins = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    for _ in range(steps):
+        n = alloc.allocate(np.arange(9), bins, 4, None)
+        assert n.sum() == 36
+        group_index = np.repeat(np.arange(9), n)
+        rank = np.arange(len(group_index)) - np.r_[0, np.cumsum(n)[:-1]][group_index]  # position in its group
+        correct = np.where(bins[group_index] == 0, rank % 2 == 0, bins[group_index] == 1)
+        alloc.update(feedback(np.arange(9), bins, group_index, correct))
+    return bins, n
+
+
+@pytest.mark.parametrize("signal", ["frontier", "informative"])
+def test_the_variance_signal_moves_rollouts_to_the_learning_bin_and_away_from_saturated_ones(signal):
+    bins, n = _three_bin_run(RolloutGDROVariance(n_min=2, n_max=12, signal=signal))
+    assert n[bins == 0].min() > 4 and n[bins == 1].max() < 4 and n[bins == 2].max() < 4
+
+
+def test_the_paper_default_is_unchanged_and_feeds_the_unsolved_bin():
+    paper = RolloutGDRO(n_min=2, n_max=12)
+    assert (paper.signal, paper.score_update) == ("failure_rate", "lagrangian")
+    bins, n = _three_bin_run(paper)
+    assert n[bins == 2].min() > 4 and n[bins == 1].max() < 4  # failure rate: the unsolved bin gets the surplus
+
+
+def test_the_variance_option_takes_only_variance_signals():
+    assert RolloutGDROVariance().signal == "frontier"
+    with pytest.raises(ValueError, match="signal must be frontier | informative"):
+        RolloutGDROVariance(signal="failure_rate")

@@ -439,3 +439,68 @@ def test_the_classifier_logs_the_batch_mechanism_after_each_step():
     m = c.metrics()
     assert m["difficulty/informative"] == 0.5 and m["difficulty/informative/unseen"] == 0.5
     assert m["difficulty/wse_ratio"] == pytest.approx(1.0)
+
+
+# ------------------------------------------------------------------------------------------------ per-prompt history
+def _clf(**kw) -> OnlineDifficultyClassifier:
+    clf = OnlineDifficultyClassifier(edges=[0.5], **kw)
+    clf.bind(PromptPool(("a", "b", "c")))
+    return clf
+
+
+def test_success_rate_pools_the_newest_whole_visits_by_hand():
+    clf = _clf(window=3, success_rollouts=6)
+    # prompt 0's visits, oldest first: 1/4, 3/4, 2/2, 0/4 (the window of 3 drops 1/4)
+    for c, t in ((1, 4), (3, 4), (2, 2), (0, 4)):
+        clf.record(np.array([0]), np.array([c]), np.array([t]))
+    # newest first: 0/4 (4 rollouts < 6), + 2/2 (6 >= 6): stop -> 2/6
+    assert clf.success_rate(np.array([0])).tolist() == [pytest.approx(2 / 6)]
+    # success_rollouts = 0: the whole window, 5/10; a larger target than the window holds: the whole window too
+    for kw in ({"success_rollouts": 0}, {"success_rollouts": 100}):
+        other = _clf(window=3, **kw)
+        for c, t in ((1, 4), (3, 4), (2, 2), (0, 4)):
+            other.record(np.array([0]), np.array([c]), np.array([t]))
+        assert other.success_rate(np.array([0])).tolist() == [pytest.approx(5 / 10)]
+    # window 0: the whole history, 6/14
+    cum = _clf(window=0)
+    for c, t in ((1, 4), (3, 4), (2, 2), (0, 4)):
+        cum.record(np.array([0]), np.array([c]), np.array([t]))
+    assert cum.success_rate(np.array([0])).tolist() == [pytest.approx(6 / 14)]
+
+
+def test_unseen_prompts_get_the_stated_prior_and_are_not_seen():
+    clf = _clf(unseen_p=0.25)
+    clf.record(np.array([1]), np.array([3]), np.array([4]))
+    assert clf.success_rate(np.array([0, 1, 2])).tolist() == [0.25, 0.75, 0.25]
+    assert clf.seen(np.array([0, 1, 2])).tolist() == [False, True, False]
+    with pytest.raises(ValueError, match="unseen_p"):
+        OnlineDifficultyClassifier(unseen_p=1.5)
+    with pytest.raises(ValueError, match="success_rollouts"):
+        OnlineDifficultyClassifier(success_rollouts=-1)
+
+
+def test_zero_variance_streak_counts_all_equal_visits_in_a_row_through_a_window_rollover():
+    clf = _clf(window=2)
+    visits = [(2, 4), (0, 4), (4, 4), (0, 3), (1, 3), (3, 3)]  # mixed, equal, equal, equal, mixed, equal
+    want = [0, 1, 2, 3, 0, 1]  # the streak outlives the window of 2
+    for (c, t), w in zip(visits, want):
+        clf.record(np.array([2]), np.array([c]), np.array([t]))
+        assert clf.zero_variance_streak(np.array([2, 0])).tolist() == [w, 0]
+
+
+def test_per_prompt_history_round_trips_through_a_checkpoint_and_an_old_one_loads():
+    clf = _clf(window=3, success_rollouts=4)
+    for c, t in ((0, 2), (0, 2), (1, 2)):
+        clf.record(np.array([0, 1]), np.array([c, t]), np.array([t, t]))
+    state = json.loads(json.dumps(clf.state_dict()))
+    again = _clf(window=3, success_rollouts=4)
+    again.load_state_dict(state)
+    ids = np.array([0, 1, 2])
+    for read in ("success_rate", "seen", "zero_variance_streak"):
+        np.testing.assert_array_equal(getattr(again, read)(ids), getattr(clf, read)(ids))
+    assert again.zero_variance_streak(ids).tolist() == [0, 3, 0]
+    del state["streak"]  # a checkpoint written before the streak was kept
+    old = _clf(window=3, success_rollouts=4)
+    old.load_state_dict(state)
+    assert old.zero_variance_streak(ids).tolist() == [0, 0, 0]
+    np.testing.assert_array_equal(old.success_rate(ids), clf.success_rate(ids))

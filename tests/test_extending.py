@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from gdro.build import ConfigError, build_components, build_trainer
-from gdro.interfaces import BinSpec, RolloutAllocator, StepFeedback
+from gdro.interfaces import BinSpec, DifficultyClassifier, RolloutAllocator, StepFeedback
 from gdro.run.tracking import read_metrics
 from tests.conftest import CONF, FAST, REPO
 from tests.test_defaults import disagreements
@@ -52,8 +52,9 @@ class HardFirstAllocator:
         if n_bar - self.shift < 1:
             raise ValueError(f"shift={self.shift} would leave an easy prompt {n_bar - self.shift} rollouts")
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
-        bins = np.asarray(bins, dtype=np.int64)
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier) -> np.ndarray:
+        bins = np.asarray(bins, dtype=np.int64)  # ids and the classifier's per-prompt history: unused here
         n = np.full(len(bins), n_bar, dtype=np.int64)  # the budget is n_bar × #prompts
         ranked = np.flatnonzero(bins < self.num_pass_bins)
         ranked = ranked[np.argsort(bins[ranked], kind="stable")]  # hardest first
@@ -111,13 +112,13 @@ def _compose(conf: Path, overrides: list[str]):
 def test_transfers_keep_the_budget_and_favour_hard_prompts():
     alloc = HardFirstAllocator(shift=2)
     alloc.bind(BinSpec(tuple("0123456789") + ("unseen",), num_pass_bins=10))
-    n = alloc.allocate(np.array([9, 9, 0, 10, 9, 0]), 4)
+    n = alloc.allocate(np.arange(6), np.array([9, 9, 0, 10, 9, 0]), 4, None)
     assert n.tolist() == [4, 2, 6, 4, 2, 6]  # both bin-0 prompts take 2 from a bin-9 one; the unseen keeps n̄
     assert alloc.metrics() == {"gdro/moved": 4.0, "gdro/moved_total": 4.0}
     rng = np.random.default_rng(0)
     for _ in range(200):
         bins = rng.integers(0, 11, size=int(rng.integers(1, 40)))
-        n = alloc.allocate(bins, 4)
+        n = alloc.allocate(np.arange(len(bins)), bins, 4, None)
         assert n.sum() == 4 * len(bins) and set(n.tolist()) <= {2, 4, 6}
         assert (n[bins == 10] == 4).all()
         seen = bins < 10
@@ -128,7 +129,7 @@ def test_transfers_keep_the_budget_and_favour_hard_prompts():
 def test_state_round_trips_and_bad_values_name_the_key():
     a = HardFirstAllocator()
     a.bind(BinSpec(("0", "1"), num_pass_bins=2))
-    a.allocate(np.array([0, 1]), 4)
+    a.allocate(np.arange(2), np.array([0, 1]), 4, None)
     b = HardFirstAllocator()
     b.load_state_dict(a.state_dict())
     assert b.state_dict() == a.state_dict() == {"total_moved": 2}
@@ -163,7 +164,7 @@ def test_documented_steps_add_a_working_allocator(tmp_path: Path):
     alloc = trainer.allocator
     planned, generated = [], []
     allocate, update = alloc.allocate, alloc.update
-    alloc.allocate = lambda bins, n_bar: planned.append(allocate(bins, n_bar)) or planned[-1]
+    alloc.allocate = lambda ids, bins, n_bar, clf: planned.append(allocate(ids, bins, n_bar, clf)) or planned[-1]
     alloc.update = lambda feedback: generated.append(feedback.n.copy()) or update(feedback)
     try:
         trainer.fit()

@@ -113,14 +113,16 @@ def test_step_feedback_signals():
         assert sig.dtype == np.float64 and sig.shape == (5,), name
     # frontier: each rollout carries its group's 4 p(1 - p): group 0 solved 1 of 2, group 2 solved 2 of 3
     np.testing.assert_allclose(fb.signal("frontier"), [1.0, 1.0, 8 / 9, 8 / 9, 8 / 9], rtol=0, atol=1e-15)
-    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier"}
+    # informative: both groups are mixed (1 of 2, 2 of 3 right)
+    np.testing.assert_array_equal(fb.signal("informative"), [1.0, 1.0, 1.0, 1.0, 1.0])
+    assert set(SIGNALS) == {"pg_loss", "pg_kl", "failure_rate", "frontier", "informative"}
     without_kl = StepFeedback(**valid(beta_kl=0.0))
     np.testing.assert_array_equal(without_kl.signal("pg_kl"), without_kl.signal("pg_loss"))
 
 
 @pytest.mark.parametrize("name", ["loss", "PG_LOSS", "", "correct"])
 def test_step_feedback_unknown_signal_raises(name):
-    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate', 'frontier'\)"):
+    with pytest.raises(ValueError, match=r"signal must be one of \('pg_loss', 'pg_kl', 'failure_rate', 'frontier', 'informative'\)"):
         StepFeedback(**valid()).signal(name)
 
 
@@ -229,7 +231,7 @@ def test_classifier_is_a_difficulty_classifier(kwargs):
 def test_a_component_missing_a_method_is_not_an_instance():
     class NoCheckBudget:
         def bind(self, bins): ...
-        def allocate(self, bins, n_bar): ...
+        def allocate(self, ids, bins, n_bar, classifier): ...
         def update(self, feedback): ...
         def metrics(self): ...
         def state_dict(self): ...
@@ -257,7 +259,7 @@ def test_every_component_binds_through_the_typed_seams():
         alloc = make()
         alloc.bind(spec)
         alloc.check_budget(4)
-        assert alloc.allocate(clf.bins(np.arange(6)), 4).sum() == 24
+        assert alloc.allocate(np.arange(6), clf.bins(np.arange(6)), 4, clf).sum() == 24
 
 
 def test_oracle_needs_the_pools_levels():

@@ -175,3 +175,69 @@ def test_deterministic():
     p = np.round(rng.random(24), 1)  # repeated values: many exact ties
     runs = [knapsack_allocate(p.copy(), 24 * 8, 2, 24) for _ in range(3)]
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+# ------------------------------------------------------------------------------------------------ allocator=knapsack
+def _history(unseen_p: float = 0.5):
+    """A classifier over 6 prompts: 0..3 seen (1/4, 2/4, 4/4, 0/4 correct), 4 and 5 never seen."""
+    from gdro.controllers.difficulty import OnlineDifficultyClassifier
+    from gdro.interfaces import PromptPool
+
+    clf = OnlineDifficultyClassifier(unseen_p=unseen_p)
+    clf.bind(PromptPool(tuple(f"p{i}" for i in range(6))))
+    clf.record(np.arange(4), np.array([1, 2, 4, 0]), np.array([4, 4, 4, 4]))
+    return clf
+
+
+@pytest.mark.parametrize("floor_credit", [True, False])
+def test_the_allocator_is_the_brute_force_optimum_on_the_classifiers_success_rates(floor_credit):
+    from gdro.controllers.allocators import KnapsackAllocator
+
+    clf = _history(unseen_p=0.25)
+    alloc = KnapsackAllocator(n_min=2, n_max=6, floor_credit=floor_credit)
+    alloc.bind(clf.bin_spec())
+    alloc.check_budget(4)
+    ids = np.array([0, 1, 2, 3, 4])
+    n = alloc.allocate(ids, clf.bins(ids), 4, clf)
+    p = [F(1, 4), F(1, 2), F(1), F(0), F(1, 4)]  # the classifier's success rates; the unseen prompt at its prior
+    assert n.tolist() == brute_force_allocate(p, 20, 2, 6, floor_credit=floor_credit).tolist()
+    assert n.sum() == 20 and n.dtype == np.int64
+    m = alloc.metrics()
+    assert m["gdro/knapsack/value"] == pytest.approx(float(sum(rollout_value(int(k), q) for k, q in zip(n, p))))
+    assert m["gdro/knapsack/value_uniform"] == pytest.approx(float(sum(rollout_value(4, q) for q in p)))
+    assert m["gdro/knapsack/p_mean"] == pytest.approx(float(sum(p)) / 5)
+    assert m["gdro/knapsack/value"] >= m["gdro/knapsack/value_uniform"]
+
+
+def test_unseen_fixed_pins_never_seen_prompts_at_the_mean():
+    from gdro.controllers.allocators import KnapsackAllocator
+
+    clf = _history()
+    alloc = KnapsackAllocator(n_min=2, n_max=8, unseen="fixed")
+    alloc.bind(clf.bin_spec())
+    ids = np.array([4, 0, 5, 1])
+    n = alloc.allocate(ids, clf.bins(ids), 4, clf)
+    assert n[[0, 2]].tolist() == [4, 4]
+    want = brute_force_allocate([F(1, 2), F(1, 4), F(1, 2), F(1, 2)], 16, [4, 2, 4, 2], [4, 8, 4, 8])
+    assert n.tolist() == want.tolist()
+
+
+def test_the_budget_is_exact_at_every_step_of_a_toy_history():
+    from gdro.controllers.allocators import KnapsackAllocator
+    from gdro.controllers.difficulty import OnlineDifficultyClassifier
+    from gdro.interfaces import PromptPool
+
+    rng = np.random.default_rng(0)
+    true_p = rng.random(20)
+    clf = OnlineDifficultyClassifier()
+    clf.bind(PromptPool(tuple(str(i) for i in range(20))))
+    alloc = KnapsackAllocator(n_min=2, n_max=12)
+    alloc.bind(clf.bin_spec())
+    for _ in range(10):
+        ids = rng.choice(20, size=8, replace=False)
+        n = alloc.allocate(ids, clf.bins(ids), 4, clf)
+        assert n.sum() == 32 and n.min() >= 2 and n.max() <= 12
+        clf.record(ids, rng.binomial(n, true_p[ids]), n)
+    assert alloc.state_dict() == {}
+    with pytest.raises(ValueError, match="unseen"):
+        KnapsackAllocator(unseen="sometimes")

@@ -4,6 +4,7 @@
 - ``RolloutGDRO``: one exponential-weights instance per difficulty bin over integer arms n ∈ [n_min, n_max],
   an exact-budget selection of one arm per bin present (DP, Eq. 19), and a live shadow price μ (Eq. 20–21).
 - ``SqrtAllocator``: the square-root (Neyman) law of Theorem 4.2, n_b ∝ √v_b, with v_b estimated online.
+- ``KnapsackAllocator``: Knapsack RL (arXiv 2509.25849), per *prompt* from its success rate (beyond the paper).
 
 All allocate from the *current* batch's bins (classified before generation) and spend the step's budget
 exactly: Σ_b count_b · n_b = n̄ · #prompts, the budget each derives from the mean n̄ (``rollouts_per_prompt``) passed
@@ -19,7 +20,8 @@ import numpy as np
 
 from gdro.controllers.bandit import bin_means, mixed_distribution
 from gdro.controllers.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
-from gdro.interfaces import SIGNALS, BinSpec, StepFeedback
+from gdro.controllers.knapsack import knapsack_allocate, rollout_value
+from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 
 
 class FixedAllocator:
@@ -32,8 +34,9 @@ class FixedAllocator:
         if n_bar < 1:
             raise ValueError(f"the mean budget must be >= 1 rollout per prompt, got {n_bar}")
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
-        """Per-prompt rollout counts for a step's prompts (``bins``: their difficulty bins, unused here)."""
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """Per-prompt rollout counts for a step's prompts (their ids, bins and history are unused here)."""
         return np.full(len(bins), n_bar, dtype=np.int64)
 
     def update(self, feedback: StepFeedback) -> None:
@@ -50,7 +53,11 @@ class FixedAllocator:
 
 
 class _BinAllocator:
-    """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics."""
+    """Shared parts: arms, budget checks, per-step bookkeeping and diagnostics.
+
+    A step may allocate in several rounds (``filter=dynamic``); a bin allocator then learns from its last round's
+    arms and bins, with each bin's signal over every group of that bin the step trained on (a bin the last round
+    did not hold is not updated)."""
 
     def __init__(self, n_min: int, n_max: int):
         check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
@@ -86,7 +93,7 @@ class _BinAllocator:
         g = len(bins)
         per_prompt = np.bincount(group_index, weights=np.asarray(per_rollout, dtype=np.float64), minlength=g)
         per_prompt /= np.maximum(np.bincount(group_index, minlength=g), 1)
-        mean, _ = bin_means(per_prompt, bins, int(bins.max()) + 1)
+        mean, _ = bin_means(per_prompt, bins, int(max(bins.max(), self._last["bins"].max())) + 1)
         return mean[self._last["bins"]]
 
     def _common_metrics(self) -> dict[str, float]:
@@ -160,7 +167,9 @@ class RolloutGDRO(_BinAllocator):
             s = np.zeros(len(self.arms))
         return mixed_distribution(s, self.eta, self.gamma)
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """One arm per bin present (ids and per-prompt history unused: the arms are per bin)."""
         bins, budget = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         probs = np.stack([self.arm_probs(b) for b in uniq])
@@ -209,6 +218,20 @@ class RolloutGDRO(_BinAllocator):
         self.scores = {int(b): np.asarray(s, dtype=np.float64) for b, s in state["scores"].items()}
 
 
+class RolloutGDROVariance(RolloutGDRO):
+    """BEYOND THE PAPER: Rollout-GDRO whose arm score is a bin's reward variance (``allocator=rollout-gdro-variance``):
+    ``signal`` is ``frontier`` (each group's 4p̂(1 − p̂)) or ``informative`` (the bin's share of groups with signal),
+    so that rollouts move toward bins that are still learning. Everything else is :class:`RolloutGDRO`'s; its paper
+    default and the released code's signal are unchanged there (docs/allocation.md)."""
+
+    def __init__(self, n_min: int = 2, n_max: int = 24, eta: float = 0.65, gamma: float = 0.01,
+                 alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
+                 consumption: str = "expected", signal: str = "frontier"):
+        if signal not in ("frontier", "informative"):
+            raise ValueError(f"signal must be frontier | informative (a variance signal), got {signal!r}")
+        super().__init__(n_min, n_max, eta, gamma, alpha_mu, mu_init, beta_ema, score_update, consumption, signal)
+
+
 class SqrtAllocator(_BinAllocator):
     """Square-root law (Theorem 4.2, Eq. 30): n_b ∝ √v_b under the same mean budget, exact integers in bounds.
 
@@ -229,7 +252,9 @@ class SqrtAllocator(_BinAllocator):
         p = self.p.get(int(b))
         return self.v_prior if p is None else p * (1 - p)
 
-    def allocate(self, bins: np.ndarray, n_bar: int) -> np.ndarray:
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier | None = None) -> np.ndarray:
+        """n_b ∝ √v_b per bin present (ids and per-prompt history unused: v_b is per bin)."""
         bins, _ = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         v = np.array([self.variance(b) for b in uniq])
@@ -258,3 +283,73 @@ class SqrtAllocator(_BinAllocator):
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.p = {int(b): float(p) for b, p in state["p"].items()}
+
+
+class KnapsackAllocator:
+    """Knapsack RL (Li et al., arXiv 2509.25849): per prompt, value(n, p) = (1 − pⁿ − (1 − p)ⁿ)·p(1 − p)² with p its
+    per-rollout success rate (``classifier.success_rate``); Σ_i value(n_i, p_i) maximised by DP at the exact step
+    budget n̄ · G with n_i ∈ [n_min, n_max] (gdro/controllers/knapsack.py, where the differences from the official
+    code are listed).
+
+    ``unseen``: ``prior`` — a never-seen prompt enters the DP at the classifier's stated prior ``unseen_p``;
+    ``fixed`` — it is pinned at n̄ (the official code's treatment of prompts without a valid history).
+    ``floor_credit``: False is the official objective (a prompt left at n_min is worth 0).
+    Stateless: the history lives in the classifier.
+    """
+
+    def __init__(self, n_min: int = 2, n_max: int = 24, floor_credit: bool = True, unseen: str = "prior"):
+        check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
+        if unseen not in ("prior", "fixed"):
+            raise ValueError(f"unseen must be prior | fixed, got {unseen!r}")
+        self.n_min, self.n_max, self.floor_credit, self.unseen = int(n_min), int(n_max), bool(floor_credit), unseen
+        self.labels: list[str] = []
+        self._rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []  # this step's (bins, n, p, n̄)
+        self._done = False  # set by update: the next allocate starts a new step
+
+    def bind(self, bins: BinSpec) -> None:
+        self.labels = list(bins.labels)
+
+    def check_budget(self, n_bar: int) -> None:
+        check_budget_feasible(n_bar, self.n_min, self.n_max)
+
+    def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
+                 classifier: DifficultyClassifier) -> np.ndarray:
+        """The DP's allocation for the prompts ``ids`` from their success rates; Σ n = n̄ · G exactly."""
+        ids, bins = np.asarray(ids, dtype=np.int64), np.asarray(bins, dtype=np.int64)
+        if len(ids) < 1:
+            raise ValueError("a step needs at least one prompt")
+        p = classifier.success_rate(ids)
+        lo, hi = np.full(len(ids), self.n_min), np.full(len(ids), self.n_max)
+        if self.unseen == "fixed":
+            pinned = ~classifier.seen(ids)
+            lo[pinned] = hi[pinned] = n_bar
+        n = knapsack_allocate(p, int(n_bar) * len(ids), lo, hi, floor_credit=self.floor_credit)
+        if self._done:
+            self._rounds, self._done = [], False
+        self._rounds.append((bins, n, p, int(n_bar)))
+        return n
+
+    def update(self, feedback: StepFeedback) -> None:
+        """Stateless: the history lives in the classifier; the step's rounds are kept for ``metrics``."""
+        self._done = True
+
+    def metrics(self) -> dict[str, float]:
+        """``gdro/knapsack/value`` (Σ value at the allocation), ``value_uniform`` (the same at n̄), ``p_mean``;
+        ``gdro/rollouts/<bin>``: mean rollouts per prompt of each bin (the mechanism table's key)."""
+        if not self._rounds:
+            return {}
+        bins, n, p = (np.concatenate([r[i] for r in self._rounds]) for i in range(3))
+        n_bar = np.concatenate([np.full(len(r[0]), r[3]) for r in self._rounds])
+        value, uniform = (float(rollout_value(m.astype(np.float64), p).sum()) for m in (n, n_bar))
+        out = {"gdro/knapsack/value": value, "gdro/knapsack/value_uniform": uniform,
+               "gdro/knapsack/p_mean": float(p.mean())}
+        for b in np.unique(bins):
+            label = self.labels[b] if b < len(self.labels) else str(b)
+            out[f"gdro/rollouts/{label}"] = float(n[bins == b].mean())
+        return out
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Nothing to restore."""

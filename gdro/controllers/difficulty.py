@@ -13,6 +13,11 @@ The estimate is binned with edges (Eq. 11) and hysteresis ``delta`` relative to 
 at step t come from history up to step t-1: ``bins()`` is a pure read and only ``update()``/``record()`` change them.
 Never-seen prompts go to bin 0 (``unseen="hardest"``, the official code) or to an extra bin ``B``
 (``unseen="separate"``).
+
+Per-prompt history for the allocators and skips that need the *per-rollout* success rate p (Knapsack RL, GRESO), not
+the pass@k-scale estimate the bins read: :meth:`success_rate` (a seen prompt's pooled correct / total over its newest
+visits holding ≥ ``success_rollouts`` rollouts; a never-seen prompt's is the stated prior ``unseen_p``),
+:meth:`seen`, and :meth:`zero_variance_streak` (how many of its latest visits in a row were all correct or all wrong).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class OnlineDifficultyClassifier:
         k: the k of pass@k for ``unbiased_passk`` (paper: 8); unused by ``any_correct``.
         hysteresis: delta, the margin past a bin edge needed to change bin; < half the narrowest bin width.
         unseen: ``"hardest"`` (bin 0, official code) or ``"separate"`` (an extra bin with index B).
+        unseen_p: the success rate :meth:`success_rate` states for a never-seen prompt (0.5: maximum variance).
+        success_rollouts: :meth:`success_rate` pools a prompt's newest visits until they hold at least this many
+            rollouts (Knapsack RL's official code: 16); 0 pools the whole window.
     """
 
     def __init__(
@@ -71,6 +79,8 @@ class OnlineDifficultyClassifier:
         k: int = 8,
         hysteresis: float = 0.0,
         unseen: str = "separate",
+        unseen_p: float = 0.5,
+        success_rollouts: int = 16,
     ):
         self.full_edges = make_edges(edges, num_bins)
         if isinstance(window, bool) or int(window) != window or window < 0:
@@ -86,6 +96,11 @@ class OnlineDifficultyClassifier:
             )
         if unseen not in UNSEEN_POLICIES:
             raise ValueError(f"unseen must be one of {UNSEEN_POLICIES}, got {unseen!r}")
+        if not 0.0 <= unseen_p <= 1.0:
+            raise ValueError(f"unseen_p must be in [0, 1], got {unseen_p!r}")
+        if isinstance(success_rollouts, bool) or int(success_rollouts) != success_rollouts or success_rollouts < 0:
+            raise ValueError(f"success_rollouts must be an integer >= 0 (0 = the whole window), got {success_rollouts!r}")
+        self.unseen_p, self.success_rollouts = float(unseen_p), int(success_rollouts)
         self.window, self.estimator, self.k = int(window), estimator, int(k)
         self.hysteresis, self.unseen = float(hysteresis), unseen
         self.num_pass_bins = len(self.full_edges) - 1  # B: bins over the pass-rate
@@ -116,6 +131,7 @@ class OnlineDifficultyClassifier:
         self._ring_t = np.zeros((size if self.window else 0, h), dtype=np.int32)
         self._bin = np.full(size, -1, dtype=np.int64)  # stored bin; -1 = never seen
         self._p = np.full(size, np.nan, dtype=np.float64)  # current estimate; NaN = never seen
+        self._streak = np.zeros(size, dtype=np.int64)  # latest visits in a row that were all correct or all wrong
 
     @property
     def num_bins(self) -> int:
@@ -149,6 +165,34 @@ class OnlineDifficultyClassifier:
     def passrate(self, ids: np.ndarray) -> np.ndarray:
         """Current pass-rate estimate of ``ids`` (NaN for never-seen prompts)."""
         return self._p[self._ids(ids)].copy()
+
+    def seen(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) bool: whether each prompt has been visited."""
+        return self._visits[self._ids(ids)] > 0
+
+    def success_rate(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) per-rollout success rate p in [0, 1], never NaN: a seen prompt's correct / total pooled over its
+        newest visits, taken whole and newest first, until they hold ≥ ``success_rollouts`` rollouts (0: its whole
+        window; ``window: 0``: its whole history); a never-seen prompt's is ``unseen_p`` (the stated prior)."""
+        ids = self._ids(ids)
+        out = np.full(len(ids), self.unseen_p, dtype=np.float64)
+        for j, i in enumerate(ids):
+            v = int(self._visits[i])
+            if v == 0:
+                continue
+            if not self.window or not self.success_rollouts:
+                out[j] = self._csum[i] / self._tsum[i]
+                continue
+            newest_first = (v - 1 - np.arange(min(v, self.window))) % self.window
+            t = self._ring_t[i, newest_first]
+            take = int(np.searchsorted(np.cumsum(t), self.success_rollouts)) + 1  # visits until the sum reaches it
+            out[j] = self._ring_c[i, newest_first[:take]].sum() / t[:take].sum()
+        return out
+
+    def zero_variance_streak(self, ids: np.ndarray) -> np.ndarray:
+        """(G,) int64: how many of each prompt's latest visits in a row had all rollouts correct or all wrong (0 for
+        a never-seen prompt, or one whose latest visit was mixed)."""
+        return self._streak[self._ids(ids)].copy()
 
     # ---------------------------------------------------------------- update
     def update(self, feedback: StepFeedback) -> None:
@@ -202,6 +246,7 @@ class OnlineDifficultyClassifier:
             self._tsum[ids] += t
             self._hits[ids] += hit
         self._visits[ids] += 1
+        self._streak[ids] = np.where((c == 0) | (c == t), self._streak[ids] + 1, 0)
         p = self._estimate(ids)
         prev = self._bin[ids]
         new = hysteresis_bins(p, prev, self.full_edges, self.hysteresis)
@@ -260,6 +305,7 @@ class OnlineDifficultyClassifier:
             "uids": [self.uids[i] for i in idx],
             "visits": self._visits[idx].tolist(),
             "bin": self._bin[idx].tolist(),
+            "streak": self._streak[idx].tolist(),
         }
         if self.window:
             cs, ts = [], []
@@ -296,6 +342,8 @@ class OnlineDifficultyClassifier:
             return
         self._visits[idx] = state["visits"]
         self._bin[idx] = state["bin"]
+        if "streak" in state:  # a checkpoint from before the streak was kept: it restarts at 0
+            self._streak[idx] = state["streak"]
         if self.window:
             for i, v, cs, ts in zip(idx, self._visits[idx], state["correct"], state["total"]):
                 order = (int(v) - len(cs) + np.arange(len(cs))) % self.window

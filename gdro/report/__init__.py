@@ -1,6 +1,7 @@
 """Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
 
-    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12] [--wandb]
+    gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12]
+                [--axis tokens|steps] [--wandb]
 
 Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
 ``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
@@ -31,6 +32,12 @@ Mechanism table (``mechanism.md``, when runs log ``difficulty/informative``): pe
 carry gradient (overall, first → last quarter, per bin), the weighted standard error against a uniform allocation
 of the same batch, and Prompt-GDRO's lead–lag Δμ (gdro/report/mechanism.py).
 
+Compute table (``compute.md``, when GRPO and another method are present): each method against GRPO at equal
+generated tokens as well as at equal steps, the held-out curve (the tail mean@k with ``--tail-levels``, else the
+first overall mean@k) interpolated between evaluations: tokens (or steps, ``--axis steps``) to GRPO's final value,
+the area under the curve, and the value at equal tokens and at equal steps, paired by seed; its header names the
+axis (gdro/report/compute.py).
+
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
 ``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
 
@@ -46,6 +53,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from gdro.report.compute import AXES, write_compute
 from gdro.report.figures import (
     _colors,
     _over_seeds,
@@ -138,6 +146,8 @@ def _parser() -> _Parser:
     ap.add_argument("--tail-levels", default=None, metavar="LEVELS",
                     help="the hard tail, e.g. 7-12: adds eval/...@k/levels_7-12 (the mean of those levels) to the "
                          "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
+    ap.add_argument("--axis", choices=AXES, default="tokens",
+                    help="compute.md's x: generated tokens (default) or training steps; its header names the one used")
     ap.add_argument("--wandb", action="store_true",
                     help="also log the report (tables, Table 1, figures) to the sweep's W&B group (gdro/report/table1.py)")
     return ap
@@ -190,6 +200,10 @@ def _main(argv: list[str] | None) -> int:
         paired_md.write_text(
             f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
             + text, encoding="utf-8")
+    compute = None
+    if paired_md is not None:  # the held-out curve at equal compute: the tail mean@k, else the first mean@k
+        curve_key = mean_tail or next((k for k in heads if METRIC_KEY.match(k)["kind"] == "mean"), None)
+        compute = write_compute(runs, out, curve_key, args.axis, args.which) if curve_key else None
     mech_rows, mech_bins = mechanism_rows(runs)
     mech_md = None
     if mech_rows:
@@ -203,12 +217,14 @@ def _main(argv: list[str] | None) -> int:
     print(to_markdown(rows))
     if paired_md is not None:
         print(f"paired against GRPO:\n\n{text}")
+    if compute is not None:
+        print(f"at equal compute:\n\n{compute[1]}")
     if mech_md is not None:
         print(f"mechanism:\n\n{mech_text}")
     table1 = write_table1(runs, out)  # from gdro-eval results kept in the run dirs (<run>/eval/eval.json)
     if table1 is not None:
         print(table1.read_text(encoding="utf-8"))
-    written = [md, csv_path, *([paired_md] if paired_md else []), *([mech_md] if mech_md else []), *([table1] if table1 else []), *figs]
+    written = [md, csv_path, *([paired_md] if paired_md else []), *([compute[0]] if compute else []), *([mech_md] if mech_md else []), *([table1] if table1 else []), *figs]
     print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
     if args.wandb:
         print(f"logged the report to the sweep's W&B group: {log_to_wandb(args.sweep_dir, out, runs, written)}")

@@ -7,6 +7,7 @@ row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
 - **groups with gradient**: ``difficulty/informative``, the share of the batch's groups that are neither all correct
   nor all wrong (GRPO's group-relative advantage is zero for the others), overall and in the first and last quarter
   of those steps; and per bin (``difficulty/informative/<bin>``, over the steps where the bin was in the batch);
+- **rollouts per prompt per bin**: ``compute/rollouts_per_prompt/<bin>`` (the compute ledger: every generated group);
 - **weighted standard error against uniform**: ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated
   over the same batch at its mean group size (1 for a fixed allocation; the square-root allocator's claim is that it
   is below 1), with the share of runs whose mean ratio is below 1;
@@ -54,12 +55,13 @@ def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
                               sum(math.isfinite(r) for r in ratios))
         lag = [_quarters(rows, "gdro/lead_lag") for rows in per_run]
         row["lead_lag"] = (mean_ci([a for a, _ in lag]), mean_ci([b for _, b in lag]))
-        per_bin = {}
-        for rows in per_run:
-            for key in {k for r in rows for k in r if k.startswith("difficulty/informative/")}:
-                per_bin.setdefault(key.rsplit("/", 1)[1], []).append(_mean(rows, key))
-        row["per_bin"] = {b: mean_ci(v) for b, v in per_bin.items()}
-        bins.update(per_bin)
+        for name, prefix in (("per_bin", "difficulty/informative/"), ("rollouts", "compute/rollouts_per_prompt/")):
+            per_bin: dict[str, list[float]] = {}
+            for rows in per_run:
+                for key in {k for r in rows for k in r if k.startswith(prefix)}:
+                    per_bin.setdefault(key.rsplit("/", 1)[1], []).append(_mean(rows, key))
+            row[name] = {b: mean_ci(v) for b, v in per_bin.items()}
+            bins.update(per_bin)
         out.append(row)
     return out, sorted(bins, key=bin_sort_key)
 
@@ -83,6 +85,12 @@ def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
     for r in rows:
         cells = [format_cell(*_pct(r["per_bin"][b]), digits=0) if b in r["per_bin"] else "–" for b in bins]
         lines.append("| " + " | ".join([r["name"], *cells]) + " |")
+    if any(r["rollouts"] for r in rows):  # the compute ledger's compute/rollouts_per_prompt/<bin> (every generated group)
+        lines += ["", "Rollouts per prompt per bin (every generated group, discarded ones included; bin 0 = hardest):",
+                  "", "| Method | " + " | ".join(bins) + " |", "|" + "|".join(["---"] + ["---:"] * len(bins)) + "|"]
+        for r in rows:
+            cells = [format_cell(*r["rollouts"][b]) if b in r["rollouts"] else "–" for b in bins]
+            lines.append("| " + " | ".join([r["name"], *cells]) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -17,6 +17,12 @@ DISPLAY_NAMES = {
     "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
     "uniform+sqrt": "Square-root",
     "oracle-levels+fixed": "Oracle: uniform over levels (control)",
+    "uniform+knapsack": "Knapsack RL",
+    "uniform+rollout-gdro-variance": "Rollout-GDRO (variance signal)",
+    "uniform+fixed+dynamic": "Dynamic sampling (DAPO)",
+    "dynamic": "Dynamic sampling (DAPO)",
+    "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
+    "skip": "Pre-rollout skip (GRESO-style)",
 }
 
 
@@ -307,10 +313,12 @@ def load_run(run_dir: Path) -> Run:
     problems += _completion_problems(meta, config, rows)
     sampler = _component(meta, "sampler", "uniform", ("Sampler",))
     allocator = _component(meta, "allocator", "fixed", ("Allocator",))
-    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator
+    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator(+filter)(+skip)
+    extra = [c for g, suf in (("filter", ("Filter",)), ("skip", ("Skip",)))
+             if (c := _component(meta, g, "none", suf)) not in ("none", "no")]  # non-default options only
     return Run(
         path=run_dir,
-        method=label if isinstance(label, str) and label.strip() else f"{sampler}+{allocator}",
+        method=label if isinstance(label, str) and label.strip() else "+".join([sampler, allocator, *extra]),
         seed=config.get("seed"),
         config=config,
         rows=rows,

@@ -76,6 +76,10 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
 
 
 # component classes gdro renamed, old ``_target_`` -> new: a checkpoint written before the rename still resumes
+# config groups added since checkpoints were first written, and the option that behaves as gdro did before them: an
+# old checkpoint's config lacks the group, which is no difference when the new config holds that option (#31)
+ADDED_GROUPS = {"filter._target_": "gdro.filters.NoFilter", "skip._target_": "gdro.controllers.skip.NoSkip"}
+
 RENAMED_TARGETS = {"gdro.loss.LossConfig": "gdro.loss.grpo.GRPOLoss"}  # #29: the loss seam
 # #29: the package layout moved these modules; a ``_target_`` in one of them is read at its new home
 MOVED_MODULES = {
@@ -107,8 +111,8 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
     """``key: old -> new`` for every dotted key of two resolved configs whose value differs (``ignore`` excepted).
 
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
-    is its component's default (:func:`_is_default`), i.e. the old behaviour; nor is a ``_target_`` gdro renamed
-    (:data:`RENAMED_TARGETS`).
+    is its component's default (:func:`_is_default`), i.e. the old behaviour, nor a group added since whose option is
+    the old behaviour (:data:`ADDED_GROUPS`); nor is a ``_target_`` gdro renamed (:data:`RENAMED_TARGETS`).
     """
     a, b = _flatten(old), _flatten(new)
     a = {k: renamed_target(v) if k.endswith("._target_") else v for k, v in a.items()}
@@ -122,7 +126,7 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
         if key in ignore:
             continue
         va, vb = a.get(key, missing), b.get(key, missing)
-        if va is missing and vb is not missing and _is_default(new, key, vb):
+        if va is missing and vb is not missing and (_is_default(new, key, vb) or ADDED_GROUPS.get(key) == vb):
             continue
         if va != vb:
             diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")

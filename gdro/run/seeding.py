@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 STREAM_SAMPLER, STREAM_ROLLOUT, STREAM_UPDATE = 1, 2, 3  # the purposes a run's seed is spawned for
+STREAM_ROLLOUT_ROUND = 4  # a step's extra generation rounds (filter=dynamic): (step, round >= 1, *shard)
 
 
 def derive_seed(seed: int, *keys: int) -> int:

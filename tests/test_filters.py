@@ -1,0 +1,129 @@
+"""filter=dynamic (DAPO dynamic sampling, gdro/filters.py): it always terminates, keeps whole groups with signal up to
+the target, and the compute ledger counts every generated rollout exactly; it composes with every sampler and
+allocator on the tiny model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gdro.build import ConfigError, build_components, build_trainer
+from gdro.controllers.ledger import ComputeLedger
+from gdro.filters import Drawn, DynamicSampling, NoFilter, concat_drawn
+from gdro.interfaces import RewardBatch
+from gdro.rollout.base import RolloutBatch
+from tests.conftest import FAST, compose_cfg
+
+
+def _drawn(first_id: int, correct_per_group: list[list[int]], bins: list[int] | None = None) -> Drawn:
+    """A scored round: group g's rollouts have the 0/1 verdicts ``correct_per_group[g]`` and 1 token each."""
+    n = np.array([len(c) for c in correct_per_group])
+    gi = np.repeat(np.arange(len(n)), n)
+    flat = np.array([x for c in correct_per_group for x in c], dtype=bool)
+    roll = RolloutBatch(prompt_token_ids=[[g] for g in range(len(n))], group_index=gi,
+                        completion_ids=[[int(i)] for i in range(len(gi))], logprobs=None,
+                        texts=[str(i) for i in range(len(gi))], finish_reasons=["stop"] * len(gi))
+    scored = RewardBatch(rewards=flat.astype(np.float64), correct=flat, n_unparsable=1, n_truncated=0, n_timeout=0,
+                         n_bad_gold=0)
+    ids = np.arange(first_id, first_id + len(n))
+    return Drawn(ids, np.zeros(len(n), np.int64) if bins is None else np.array(bins), n, roll, scored)
+
+
+def _source(rounds: list[list[list[int]]], ledger: ComputeLedger):
+    """``draw(count, round)`` serving ``rounds[round]`` cut to ``count`` groups (the last one repeated), recording
+    each round in ``ledger`` as the trainer does; the calls are logged."""
+    calls = []
+
+    def draw(count: int, rnd: int) -> Drawn:
+        calls.append((count, rnd))
+        groups = (rounds[rnd] if rnd < len(rounds) else rounds[-1])[:count]
+        d = _drawn(100 * rnd, groups)
+        ledger.generated(d.bins, d.n, int(d.roll.lengths.sum()))
+        return d
+    return draw, calls
+
+
+def test_no_filter_is_one_round_of_everything():
+    led = ComputeLedger()
+    draw, calls = _source([[[1, 1], [0, 1]]], led)
+    c = NoFilter().collect(draw, 2)
+    assert calls == [(2, 0)] and c.kept is c.generated and c.discarded() is None and c.rounds == 1
+
+
+def test_rounds_stop_at_the_target_and_truncate_in_draw_order():
+    led = ComputeLedger()
+    # round 0: 4 groups, 1 mixed; round 1 (3 missing): 3 groups, 2 mixed; round 2 (1 missing): 1 group, mixed -> done
+    draw, calls = _source([[[1, 1], [0, 1], [0, 0], [1, 1]], [[0, 1, 1], [1, 1, 1], [1, 0]], [[0, 1]]], led)
+    f = DynamicSampling(max_rounds=5)
+    c = f.collect(draw, 4)
+    assert calls == [(4, 0), (3, 1), (1, 2)] and c.rounds == 3
+    assert c.kept.ids.tolist() == [1, 100, 102, 200] and c.kept.mixed.all()
+    assert c.kept.n.tolist() == [2, 3, 2, 2] and c.kept.roll.group_index.tolist() == [0, 0, 1, 1, 1, 2, 2, 3, 3]
+    assert c.kept.scored.correct.tolist() == [0, 1, 0, 1, 1, 1, 0, 0, 1]
+    assert c.discarded().ids.tolist() == [0, 2, 3, 101]
+    assert f.metrics() == {"filter/rounds": 3.0, "filter/kept_groups": 4.0, "filter/target_met": 1.0}
+    led.trained(c.kept.bins, c.kept.n, c.kept.mixed)
+    m = led.metrics(("0",))
+    # generated: 8 + 8 + 2 = 18 rollouts (1 token each); trained: 9; discarded: 9
+    assert (m["compute/rollouts"], m["compute/tokens"], m["compute/discarded_rollouts"]) == (18.0, 18.0, 9.0)
+    assert m["compute/groups_with_grad"] == 4.0
+
+
+def test_extra_mixed_groups_beyond_the_target_are_discarded():
+    led = ComputeLedger()
+    draw, _ = _source([[[1, 1], [1, 1], [1, 1]], [[0, 1], [1, 0], [0, 1]]], led)
+    c = DynamicSampling(max_rounds=3, oversample=2.0).collect(draw, 3)
+    # round 1 asks ceil(2 x 3) = 6 groups but the source holds 3: all mixed, target met
+    assert c.kept.ids.tolist() == [100, 101, 102] and c.rounds == 2
+    led.trained(c.kept.bins, c.kept.n, c.kept.mixed)
+    assert led.metrics(("0",))["compute/discarded_rollouts"] == 6.0
+
+
+def test_it_terminates_when_no_group_ever_has_signal_and_counts_every_round():
+    led = ComputeLedger()
+    draw, calls = _source([[[0, 0], [1, 1, 1]]], led)  # every round: one unsolved, one solved group
+    f = DynamicSampling(max_rounds=3)
+    c = f.collect(draw, 2)
+    assert calls == [(2, 0), (2, 1), (2, 2)]
+    # fallback: round 0's groups, trained as GRPO would (zero advantage), never an empty batch
+    assert c.kept.ids.tolist() == [0, 1] and f.metrics()["filter/kept_groups"] == 0.0
+    assert f.metrics()["filter/target_met"] == 0.0
+    led.trained(c.kept.bins, c.kept.n, c.kept.mixed)
+    m = led.metrics(("0",))
+    assert (m["compute/rollouts"], m["compute/discarded_rollouts"], m["compute/groups_with_grad"]) == (15.0, 10.0, 0.0)
+
+
+def test_concat_sums_the_failure_counts_and_bad_settings_name_the_key():
+    both = concat_drawn([_drawn(0, [[1, 0]]), _drawn(5, [[1], [0, 0]])])
+    assert both.ids.tolist() == [0, 5, 6] and both.scored.n_unparsable == 2
+    assert both.roll.group_index.tolist() == [0, 0, 1, 2, 2] and both.n_correct.tolist() == [1, 1, 0]
+    for kwargs, key in (({"max_rounds": 0}, "max_rounds"), ({"oversample": 0.5}, "oversample")):
+        with pytest.raises(ValueError, match=key):
+            DynamicSampling(**kwargs)
+    with pytest.raises(ConfigError, match="filter.max_rounds=0"):
+        build_components(compose_cfg(["filter=dynamic", "filter.max_rounds=0"]))
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+@pytest.mark.parametrize("sampler,allocator", [("uniform", "knapsack"), ("prompt-gdro", "rollout-gdro"),
+                                               ("oracle-levels", "sqrt"), ("uniform", "rollout-gdro-variance"),
+                                               ("prompt-gdro", "fixed")])
+def test_dynamic_sampling_composes_and_its_ledger_is_exact(tmp_path, sampler, allocator):
+    cfg = compose_cfg([*FAST, "filter=dynamic", f"sampler={sampler}", f"allocator={allocator}",
+                       "data.train_size=16"])
+    training = build_trainer(cfg, tmp_path / "run")
+    draw, drawn = training.trainer._draw, {}
+
+    def logged(step, *rest):  # every generation round's rollouts, by step, as the trainer drew them
+        d = draw(step, *rest)
+        drawn[step] = drawn.get(step, 0) + int(d.n.sum())
+        return d
+    training.trainer._draw = logged
+    rows = [r for r in training.fit() if r.get("step")]
+    assert len(rows) == 2
+    for r in rows:
+        assert r["compute/rollouts"] == drawn[r["step"]]
+        assert r["compute/rollouts"] - r["compute/discarded_rollouts"] == r["rollout/n_total"]
+        assert 1 <= r["filter/rounds"] <= 4 and r["filter/kept_groups"] <= 8
+        assert r["compute/groups_with_grad"] == r["filter/kept_groups"]
+    assert rows[-1]["compute/rollouts_cum"] == sum(drawn.values())
