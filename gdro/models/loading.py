@@ -95,7 +95,7 @@ class ModelSpec:
             raise TypeError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
         try:
             object.__setattr__(self, "lora", LoraSpec.of(self.lora))
-        except ValueError as err:
+        except (TypeError, ValueError) as err:
             raise ValueError(f"lora: {err}") from err
 
     @property

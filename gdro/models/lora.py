@@ -79,7 +79,7 @@ class LoraSpec:
         if isinstance(value, cls):
             return value
         if not isinstance(value, Mapping):
-            raise ValueError(f"lora must be a mapping with keys r, alpha, dropout, target_modules, got {value!r}")
+            raise TypeError(f"lora must be a mapping with keys r, alpha, dropout, target_modules, got {value!r}")
         known = [f.name for f in dataclasses.fields(cls)]
         unknown = [k for k in value if k not in known]
         if unknown:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-
 from common import chat_ids, heldout, left_pad, load, load_avg, make_items, sample, score
 
 
