@@ -18,7 +18,6 @@ import time
 
 import numpy as np
 import torch
-
 from common import chat_ids, heldout, load, load_avg, sample, score
 
 ENDOFTEXT = 0
@@ -54,8 +53,9 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     if args.model_dir:
-        import common
         from pathlib import Path
+
+        import common
         common.MODEL_DIR = Path(args.model_dir)
     model, tok = load()
     items = heldout(args.task, args.levels, args.per_level, seed=args.data_seed)

@@ -14,7 +14,6 @@ import json
 import time
 
 import torch
-
 from common import chat_ids, heldout, load, load_avg, sample
 
 
