@@ -8,7 +8,10 @@ import json
 import sys
 from pathlib import Path
 
-from gdro.rewards import MathVerifyReward, RewardConfig
+try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
+    from gdro.grading.rewards import MathVerifyReward, RewardConfig
+except ImportError:
+    from gdro.rewards import MathVerifyReward, RewardConfig
 
 rows = [json.loads(line) for f in sys.argv[1:] for line in Path(f).read_text().splitlines()]
 for mode in ("any", "boxed"):

@@ -32,7 +32,10 @@ from common import chat_ids, heldout, left_pad, load, load_avg, make_items, samp
 
 def rewards_of(kind: str, texts: list[str], golds: list[str], fins: list[bool]) -> np.ndarray:
     if kind == "mv-any":  # gdro's own reward with answer_mode=any (math-verify; run with PYTHONPATH=<repo root>)
-        from gdro.rewards import MathVerifyReward, RewardConfig
+        try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
+            from gdro.grading.rewards import MathVerifyReward, RewardConfig
+        except ImportError:
+            from gdro.rewards import MathVerifyReward, RewardConfig
 
         return MathVerifyReward(RewardConfig(answer_mode="any")).score(texts, golds, fins).rewards.astype(float)
     sc = [score(t, g, f) for t, g, f in zip(texts, golds, fins)]
