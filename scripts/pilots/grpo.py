@@ -30,9 +30,16 @@ import torch
 from common import chat_ids, heldout, left_pad, load, load_avg, make_items, sample, score
 
 
-def reward_of(kind: str, text: str, gold: str, finished: bool) -> float:
-    s = score(text, gold, finished)
-    return float(s["correct"] if kind == "boxed" else (s["correct_any"] and finished))
+def rewards_of(kind: str, texts: list[str], golds: list[str], fins: list[bool]) -> np.ndarray:
+    if kind == "mv-any":  # gdro's own reward with answer_mode=any (math-verify; run with PYTHONPATH=<repo root>)
+        try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
+            from gdro.grading.rewards import MathVerifyReward, RewardConfig
+        except ImportError:
+            from gdro.rewards import MathVerifyReward, RewardConfig
+
+        return MathVerifyReward(RewardConfig(answer_mode="any")).score(texts, golds, fins).rewards.astype(float)
+    sc = [score(t, g, f) for t, g, f in zip(texts, golds, fins)]
+    return np.array([float(s["correct"] if kind == "boxed" else (s["correct_any"] and s["finished"])) for s in sc])
 
 
 def evaluate(gen_model, tok, items, ids, args, step: int, log) -> dict:
@@ -40,11 +47,19 @@ def evaluate(gen_model, tok, items, ids, args, step: int, log) -> dict:
     _, texts, fins, _ = sample(gen_model, tok, ids, max_new=args.max_new, temperature=args.eval_temperature,
                                top_p=args.eval_top_p, top_k=args.eval_top_k, batch=64, seed=args.eval_seed)
     rows = [dict(score(t, it.gold, f), level=it.level) for it, t, f in zip(items, texts, fins)]
+    if args.reward == "mv-any":
+        mv = rewards_of("mv-any", texts, [it.gold for it in items], fins)
+        for row, v in zip(rows, mv):
+            row["mv_any"] = bool(v)
+    with (Path(args.out) / f"eval_{step:04d}.jsonl").open("w") as fh:
+        for it, t, f, row in zip(items, texts, fins, rows):
+            fh.write(json.dumps({"prompt": it.prompt, "gold": it.gold, "level": it.level, "finished": f, "text": t,
+                                 **row}) + "\n")
     out = {"eval_step": step}
     for lv in [*args.levels, "all"]:
         rs = [r for r in rows if lv == "all" or r["level"] == lv]
         out[f"L{lv}"] = {k: round(100 * float(np.mean([r[k] for r in rs])), 1)
-                         for k in ("boxed", "finished", "correct", "correct_any")} | {
+                         for k in ("boxed", "finished", "correct", "correct_any", "mv_any") if k in rs[0]} | {
             "any_eos": round(100 * float(np.mean([r["correct_any"] and r["finished"] for r in rs])), 1), "n": len(rs)}
     out["eval_s"] = round(time.time() - t0, 1)
     log(out)
@@ -55,7 +70,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", default="add")
     ap.add_argument("--levels", type=int, nargs="+", default=[1, 2])
-    ap.add_argument("--reward", choices=("boxed", "any"), default="any")
+    ap.add_argument("--reward", choices=("boxed", "any", "mv-any"), default="any")
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--group", type=int, default=8)
     ap.add_argument("--max-new", type=int, default=32)
@@ -117,8 +132,7 @@ def main() -> None:
         comps, texts, fins, gen_s = sample(gen_model, tok, rows, max_new=args.max_new, temperature=args.temperature,
                                            batch=len(rows), seed=args.seed * 100_003 + step)
         golds = [it.gold for it in items for _ in range(args.group)]
-        r = np.array([reward_of(args.reward, t, g, f) for t, g, f in zip(texts, golds, fins)]).reshape(
-            args.prompts, args.group)
+        r = rewards_of(args.reward, texts, golds, fins).reshape(args.prompts, args.group)
         adv = (r - r.mean(1, keepdims=True)) / (r.std(1, keepdims=True) + 1e-4)
         adv = adv.reshape(-1)
         n_tok = sum(len(c) for c in comps)
