@@ -8,7 +8,7 @@
 #                              pass bin, WSE
 #
 #   scripts/allocation_compare.sh                                  # the full comparison -> outputs/allocation
-#   scripts/allocation_compare.sh --seeds 0 1 --steps 4 --out /tmp/a -- data.train_size=16   # a tiny end-to-end check
+#   scripts/allocation_compare.sh --seeds 0 1 --steps 4 --out outputs/allocation-check -- data.train_size=16   # a tiny end-to-end check
 #
 # Arguments go to scripts/reproduce_toy.py --preset allocation (--seeds, --steps, --jobs, --methods, --out, then
 # gdro-train overrides after --). Finished runs are skipped, so an interrupted comparison resumes.

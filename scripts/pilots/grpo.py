@@ -1,6 +1,6 @@
 """A minimal plain-torch GRPO loop on SmolLM2-135M-Instruct (the pilot of docs/smollm2-pilots.md).
 
-    python scripts/pilots/grpo.py --task add --levels 1 2 --reward any --minutes 20 --out /tmp/grpo-add
+    python scripts/pilots/grpo.py --task add --levels 1 2 --reward any --minutes 20 --out outputs/pilots/grpo-add
 
 Per step: ``--prompts`` fresh training problems (levels uniform over ``--levels``), ``--group`` samples each at
 T=``--temperature`` (top_k off, top_p 1) from a bf16 copy of the policy, reward 1/0, group-normalised advantages
@@ -88,7 +88,7 @@ def main() -> None:
     ap.add_argument("--eval-seed", type=int, default=12345)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default="/tmp/grpo-pilot")
+    ap.add_argument("--out", default="outputs/pilots/grpo-pilot")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
