@@ -108,7 +108,10 @@ def python_defaults(target: Any) -> dict[str, Any]:
 
 
 def norm(value: Any) -> Any:
-    """Comparable form: sequences as lists, bools tagged so that ``True`` never equals ``1``."""
+    """Comparable form: sequences as lists, a settings dataclass (``model.lora``) as its mapping, bools tagged so that
+    ``True`` never equals ``1``."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return norm({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     if isinstance(value, (list, tuple)):
         return [norm(v) for v in value]
     if isinstance(value, dict):
