@@ -27,8 +27,9 @@ def test_a_renamed_target_is_no_difference_another_target_is():
     assert config_differences(_cfg("gdro.loss.LossConfig"), _cfg("gdro.loss.gspo.GSPOLoss")) != []
 
 
-@pytest.mark.slow
-def test_a_checkpoint_from_before_the_loss_seam_resumes(tmp_path):
+def _resume_after(tmp_path, rewrite) -> None:
+    """A 1-step smoke run with a checkpoint, its meta.json's config changed by ``rewrite`` (as an older gdro wrote
+    it), then the same command with steps=2: it must resume and log steps 1 and 2 once each."""
     run_dir = tmp_path / "run"
     cmd = [sys.executable, "-m", "gdro.cli", "experiment=smoke", "progress=false", "checkpoint.every=1",
            f"hydra.run.dir={run_dir}"]
@@ -37,13 +38,21 @@ def test_a_checkpoint_from_before_the_loss_seam_resumes(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     (_, ckpt), = list_checkpoints(run_dir)
     meta = json.loads((ckpt / "meta.json").read_text())
-    assert meta["config"]["loss"]["_target_"] == "gdro.loss.grpo.GRPOLoss"
-    meta["config"]["loss"]["_target_"] = "gdro.loss.LossConfig"  # as a checkpoint of gdro before #29 says
+    rewrite(meta["config"])
     (ckpt / "meta.json").write_text(json.dumps(meta))
     out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert [r["step"] for r in read_metrics(run_dir) if r.get("step")] == [1, 2]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_from_before_the_loss_seam_resumes(tmp_path):
+    def rewrite(config):
+        assert config["loss"]["_target_"] == "gdro.loss.grpo.GRPOLoss"
+        config["loss"]["_target_"] = "gdro.loss.LossConfig"  # as a checkpoint of gdro before #29 says
+
+    _resume_after(tmp_path, rewrite)
 
 
 def _old_name(target: str) -> str:
@@ -99,22 +108,12 @@ def test_a_config_of_the_old_layout_is_no_difference():
 
 @pytest.mark.slow
 def test_a_checkpoint_from_before_the_layout_resumes(tmp_path):
-    run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "gdro.cli", "experiment=smoke", "progress=false", "checkpoint.every=1",
-           f"hydra.run.dir={run_dir}"]
-    out = subprocess.run([*cmd, "steps=1"], cwd=REPO, env=_env(), capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    (_, ckpt), = list_checkpoints(run_dir)
-    meta = json.loads((ckpt / "meta.json").read_text())
-    rewritten = 0
-    for section in meta["config"].values():
-        if isinstance(section, dict) and _old_name(section.get("_target_", "")) != section.get("_target_", ""):
-            section["_target_"] = _old_name(section["_target_"])  # as a checkpoint of gdro before the layout says
-            rewritten += 1
-    assert rewritten >= 7
-    (ckpt / "meta.json").write_text(json.dumps(meta))
-    out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
-                         timeout=300, check=False)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert [r["step"] for r in read_metrics(run_dir) if r.get("step")] == [1, 2]
+    def rewrite(config):
+        rewritten = 0
+        for section in config.values():
+            if isinstance(section, dict) and _old_name(section.get("_target_", "")) != section.get("_target_", ""):
+                section["_target_"] = _old_name(section["_target_"])  # as a checkpoint of gdro before the layout says
+                rewritten += 1
+        assert rewritten >= 7
+
+    _resume_after(tmp_path, rewrite)

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,7 +181,3 @@ def save_adapter(model: torch.nn.Module, path: Path) -> None:
     base = getattr(getattr(model, "config", None), "_name_or_path", None)
     cfg.base_model_name_or_path = base
     cfg.save_pretrained(str(path))
-    meta = json.loads((path / "adapter_config.json").read_text())
-    if "base_model_name_or_path" not in meta:
-        meta["base_model_name_or_path"] = base
-        (path / "adapter_config.json").write_text(json.dumps(meta, indent=2))
