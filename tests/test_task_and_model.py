@@ -7,6 +7,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -221,6 +222,20 @@ def test_model_spec_validation_names_the_key(key, kwargs):
     base = {"name_or_path": "tiny", "max_prompt_len": 64, "max_new_tokens": 12}
     with pytest.raises(ValueError, match=key):
         ModelSpec(**(base | kwargs))
+
+
+def test_hub_kernels_are_off_unless_asked_for():
+    """transformers 5 turns ``use_kernels`` on by default where the ``kernels`` package is installed, and then swaps
+    layers for kernels fetched from the hub when the model is put in train mode on CUDA: offline, the first GPU run
+    failed there (docs/gpu.md). gdro loads the model's own layers unless ``model.hub_kernels`` asks."""
+    base = {"name_or_path": "tiny", "max_prompt_len": 64, "max_new_tokens": 12}
+    assert load_model(ModelSpec(**base))[0].use_kernels is False
+    import transformers
+
+    if int(transformers.__version__.split(".")[0]) >= 5 and importlib.util.find_spec("kernels") is not None:
+        assert load_model(ModelSpec(**base, hub_kernels=True))[0].use_kernels is True
+    with pytest.raises(TypeError, match="hub_kernels"):
+        ModelSpec(**base, hub_kernels="yes")
 
 
 def test_unavailable_hub_model_gives_clear_error(monkeypatch):

@@ -25,6 +25,8 @@ class EvalConfig:
     top_k: int = 20
     max_problems: int | None = None  # evaluate N held-out problems, evenly spaced (None = all)
     seed: int = 12345  # sampling seed: the same at every evaluation, so evaluations differ only by weights
+    format_metrics: bool = False  # also the answer format, overall and per level: eval/boxed (a complete \boxed{}
+    # present) and eval/finished (the end token emitted within the limit), in % of completions
 
     def __post_init__(self) -> None:
         if self.every < 0:
@@ -90,7 +92,26 @@ def evaluate(
                             "finished": bool(roll.finished[i]), "correct": bool(scored.correct[i])})
             seen[g] += 1
     out = summarize(scored.correct, roll.group_index, [p.level for p in probs], cfg.k)
+    if cfg.format_metrics:
+        out |= format_rates(roll.texts, roll.finished, roll.group_index, [p.level for p in probs])
     out["eval/len_mean"] = float(roll.lengths.mean())
     out["eval/truncated_frac"] = float((~roll.finished).mean())
     out["eval/n_problems"] = float(len(probs))
+    return out
+
+
+def format_rates(texts: Sequence[str], finished: np.ndarray, group_index: np.ndarray,
+                 levels: Sequence[int]) -> dict[str, float]:
+    """The answer format apart from the answer, in % of completions, overall and per level: ``eval/boxed`` (a
+    complete ``\\boxed{}`` present, whatever it holds) and ``eval/finished`` (the end token emitted in time)."""
+    from gdro.grading.rewards import last_boxed
+
+    boxed = np.array([last_boxed(t) is not None for t in texts], dtype=bool)
+    finished = np.asarray(finished, dtype=bool)
+    row_level = np.asarray(levels)[np.asarray(group_index)]
+    out = {"eval/boxed": 100.0 * float(boxed.mean()), "eval/finished": 100.0 * float(finished.mean())}
+    for lv in sorted(set(row_level.tolist())):
+        m = row_level == lv
+        out[f"eval/boxed/level_{lv}"] = 100.0 * float(boxed[m].mean())
+        out[f"eval/finished/level_{lv}"] = 100.0 * float(finished[m].mean())
     return out

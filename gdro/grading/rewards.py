@@ -2,7 +2,9 @@
 
 What counts is the **final** answer: in ``answer_mode="boxed"`` the last complete ``\\boxed{...}`` found in
 the last ``tail_chars`` characters of a completion; in ``"any"`` math-verify's default LaTeX +
-plain-expression extraction over that same tail.
+plain-expression extraction over that same tail; in ``"number"`` the last number written in that tail
+(:func:`last_number`: nothing is evaluated, so an answer that restates ``47 + 56`` is not read as 103, as ``"any"``
+reads it).
 
 Training and evaluation read a completion differently, on purpose. Training keeps the official code's window
 (``tail_chars: 300``: verl's ``math_dapo`` reads the last 300 characters), a deliberate part of the paper's reward;
@@ -58,7 +60,7 @@ big-integer operation, a regex) overruns it until it returns; the magnitude guar
 (huge powers, factorials, binomials) away from sympy. **Off the main thread** there is no time bound, only
 the heuristics above.
 
-Exact-match fast path (``fast_path``, on by default; ``"boxed"`` mode only). When the last box holds the gold
+Exact-match fast path (``fast_path``, on by default; ``"boxed"`` and ``"number"`` modes). When the last box holds the gold
 string verbatim (or, for a gold without backslashes, up to surrounding whitespace), the gold parses and is
 eligible (no ``boxed`` or ``answer`` inside it, not rejected by the magnitude guard; checked once per gold), the
 completion scores correct with status ``ok`` without calling math-verify: math-verify would parse the answer from
@@ -142,7 +144,7 @@ class _DropTimeoutDisabledNotice(logging.Filter):
 for _name in ("math_verify.parser", "math_verify.grader"):
     logging.getLogger(_name).addFilter(_DropTimeoutDisabledNotice())
 
-ANSWER_MODES = ("boxed", "any")
+ANSWER_MODES = ("boxed", "any", "number")
 EVAL_BOXES = ("last", "join")
 # An answer whose exact value needs more decimal digits than this is rejected unverified (counted as timeout).
 _MAX_DIGITS = 100_000
@@ -173,7 +175,8 @@ class RewardConfig:
     eval_tail_chars: int | None = None  # evaluation's window (for_eval); None = the whole completion
     eval_boxes: str = "last"  # evaluation: "last" box; "join": boxes joined when the gold holds several items
     timeout_s: float = 1.0  # per parse and per verify (main thread only; see module docstring)
-    answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction
+    answer_mode: str = "boxed"  # "boxed": last \boxed{...}; "any": math-verify's LaTeX + expr extraction;
+    # "number": the last number written (no expression evaluated: "47 + 56" reads as 56, never as 103)
     cache_size: int = 65_536  # LRU entries of (answer text, gold) -> result, and of parsed golds
     fast_path: bool = True  # boxed answer == gold string: correct; unequal plain integers: incorrect (no math-verify)
 
@@ -299,6 +302,17 @@ def last_boxed(text: str) -> str | None:
     """
     span = last_box_span(text)
     return None if span is None else text[span[0] : span[1]]
+
+
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?!\w|\.\d)")
+
+
+def last_number(text: str) -> str | None:
+    """The last number written in ``text`` (``answer_mode="number"``), thousands commas dropped: ``"47 + 56 =
+    103."`` gives ``"103"``, ``"-1,250.5"`` ``"-1250.5"``, ``"1.5e3"`` itself. Nothing is evaluated, so restating the question (``"47 +
+    56"``) reads as ``"56"``. A digit run glued to letters (``x2``, ``2x``) is not a number; None if there is none."""
+    found = _NUMBER.findall(text)
+    return found[-1].replace(",", "") if found else None
 
 
 def last_box_span(text: str) -> tuple[int, int] | None:
@@ -480,6 +494,8 @@ class MathVerifyReward:
                 continue
             if cfg.answer_mode == "boxed":
                 answer = self._boxed_answer(tail(text, cfg.tail_chars), prepared)
+            elif cfg.answer_mode == "number":
+                answer = last_number(tail(text, cfg.tail_chars, whole_tokens=True))
             else:
                 answer = tail(text, cfg.tail_chars, whole_tokens=True)
             if not answer or not answer.strip():
@@ -573,7 +589,8 @@ class MathVerifyReward:
     def _fast_match(self, answer: str, gold: str, prepared: Gold | None) -> bool:
         """Whether ``answer`` (a non-blank last box) is the gold verbatim, so math-verify's verdict is known.
 
-        Rule (all of it): ``fast_path`` is on; ``answer_mode="boxed"``; the gold is a ``str`` that parses
+        Rule (all of it): ``fast_path`` is on; ``answer_mode`` "boxed" or "number" (a bare number: math-verify
+        reads it as the gold written alone, the same value); the gold is a ``str`` that parses
         (checked by the caller) and is fast-path eligible (:meth:`_fast_gold`; a plain-integer gold, passed
         unprepared as ``prepared=None``, always is: :meth:`_plain_gold`); and the answer equals the gold
         exactly, or, for a gold without any backslash, after stripping surrounding whitespace from both. The
@@ -582,7 +599,7 @@ class MathVerifyReward:
         reach the same expression and the same fallback string, and ``verify`` accepts equal strings.
         """
         cfg = self.config
-        if not cfg.fast_path or cfg.answer_mode != "boxed" or not isinstance(gold, str):
+        if not cfg.fast_path or cfg.answer_mode == "any" or not isinstance(gold, str):
             return False
         if answer != gold and ("\\" in gold or answer.strip() != gold.strip()):
             return False
@@ -590,13 +607,13 @@ class MathVerifyReward:
 
     def _plain_gold(self, gold: str) -> bool:
         """Whether the fast paths can decide against ``gold`` without parsing it: ``fast_path`` on, ``"boxed"``
-        mode, and the gold a plain integer (``_PLAIN_INT`` up to surrounding whitespace, at most 12 digits), which
+        or ``"number"`` mode, and the gold a plain integer (``_PLAIN_INT`` up to surrounding whitespace, at most 12 digits), which
         math-verify parses to an Integer and the magnitude guard accepts, so it is good and fast-path eligible.
         Against such a gold, a last box holding the gold's digits (up to whitespace) is correct, and one holding a
         plain integer of another value is incorrect (see the module docstring); anything else goes to
         math-verify."""
         cfg = self.config
-        return cfg.fast_path and cfg.answer_mode == "boxed" and isinstance(gold, str) \
+        return cfg.fast_path and cfg.answer_mode != "any" and isinstance(gold, str) \
             and _PLAIN_INT.fullmatch(gold.strip()) is not None
 
     def _fast_gold(self, gold: str, prepared: Gold) -> bool:

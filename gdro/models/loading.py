@@ -62,6 +62,9 @@ class ModelSpec:
             sequences, ~1/3 more compute. Only training forwards are affected (generation and no-grad passes are not).
         lora: LoRA adapters on the trained policy (:class:`gdro.models.lora.LoraSpec`: ``r`` 0 = full fine-tuning,
             ``alpha``, ``dropout``, ``target_modules``); an evaluation loads the model without them.
+        hub_kernels: let transformers swap layers for kernels fetched from the hub (its ``use_kernels``; since
+            transformers 5 on by default where the ``kernels`` package is installed, and a failure offline: found on
+            the first GPU run, docs/gpu.md). Off by default: the layers are the model's own, everywhere.
     """
 
     name_or_path: str
@@ -75,6 +78,7 @@ class ModelSpec:
     revision: str | None = None
     gradient_checkpointing: bool = False
     lora: LoraSpec = field(default_factory=LoraSpec)
+    hub_kernels: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name_or_path, str) or not self.name_or_path.strip():
@@ -93,6 +97,8 @@ class ModelSpec:
             raise ValueError("revision must be None or a non-empty string")
         if not isinstance(self.gradient_checkpointing, bool):
             raise TypeError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
+        if not isinstance(self.hub_kernels, bool):
+            raise TypeError(f"hub_kernels must be true or false, got {self.hub_kernels!r}")
         try:
             object.__setattr__(self, "lora", LoraSpec.of(self.lora))
         except (TypeError, ValueError) as err:
@@ -142,11 +148,19 @@ def resolve_device(setting: str | torch.device) -> torch.device:
 def process_device(device: torch.device, processes: int) -> torch.device:
     """This process's device, made current on CUDA: with several ``processes`` (torchrun, or a submitit job of
     several tasks), CUDA without an index is the process's own GPU, ``cuda:LOCAL_RANK`` (the one place it is read)."""
-    if processes > 1 and device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))  # one GPU per process
+    if device.type == "cuda" and device.index is None:  # set_device needs an index
+        own = int(os.environ.get("LOCAL_RANK", "0")) if processes > 1 else torch.cuda.current_device()
+        device = torch.device("cuda", own)  # several processes: one GPU each
     if device.type == "cuda":
         torch.cuda.set_device(device)
     return device
+
+
+def _kernel_kwargs(hub_kernels: bool) -> dict[str, bool]:
+    """``use_kernels`` for ``from_pretrained``: passed where transformers defaults it on (5.x) or when asked for."""
+    import transformers
+
+    return {"use_kernels": hub_kernels} if hub_kernels or int(transformers.__version__.split(".")[0]) >= 5 else {}
 
 
 def check_placement(threads: int | None, device: str) -> None:
@@ -401,7 +415,8 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             model, info = AutoModelForCausalLM.from_pretrained(
                 path, dtype=spec.train_dtype if train else spec.torch_dtype,
                 attn_implementation=spec.attn_implementation, revision=spec.revision,
-                trust_remote_code=spec.trust_remote_code, ignore_mismatched_sizes=True, output_loading_info=True)
+                trust_remote_code=spec.trust_remote_code, ignore_mismatched_sizes=True, output_loading_info=True,
+                **_kernel_kwargs(spec.hub_kernels))
             if info.get("mismatched_keys"):  # (weights shape_problem cannot read): the report held back is dropped
                 raise ModelUnavailableError(f"Cannot load model {path!r}: {_mismatch(path, info['mismatched_keys'])}")
     except (OSError, HfHubHTTPError, HFValidationError) as err:
