@@ -10,7 +10,14 @@ import huggingface_hub.constants as hub_constants
 import pytest
 
 from gdro.models import loading
-from gdro.models.loading import TINY_DIR, ModelSpec, ModelUnavailableError, load_model, model_path, model_provenance
+from gdro.models.loading import (
+    TINY_DIR,
+    ModelSpec,
+    ModelUnavailableError,
+    load_model,
+    model_path,
+    model_provenance,
+)
 from tests.conftest import compose_cfg
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
