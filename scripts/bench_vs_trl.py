@@ -393,7 +393,7 @@ def bench_size(size: str, args, rate: float, tmp: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="tiny,20m", help="comma-separated: tiny, 20m")
+    ap.add_argument("--sizes", default="tiny,20m", help="comma-separated: tiny, 20m, smollm2")
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds per size (after one warm-up each)")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--per-prompt", type=int, default=8)
