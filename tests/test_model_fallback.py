@@ -69,6 +69,12 @@ def test_a_cached_hub_model_wins_over_the_fallback(hub_cache):
     assert model_provenance(spec)["fallback_used"] is False
 
 
+def test_a_missing_fallback_says_how_to_build_it(hub_cache, tmp_path):
+    spec = _spec(fallback=str(tmp_path / "smollm2-135m-instruct"))
+    with pytest.raises(ModelUnavailableError, match="model.fallback.*scripts/get_smollm2.py"):
+        load_model(spec)
+
+
 def test_a_local_dir_never_asks_the_hub(hub_cache, tmp_path):
     assert model_path(_spec(name_or_path="tiny", fallback=str(tmp_path))) == str(TINY_DIR)
 

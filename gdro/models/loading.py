@@ -316,7 +316,10 @@ def _tokenizer_problem(path: str, err: BaseException) -> str:
 
 
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
-    if spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
+    if spec.fallback is not None and path == spec.fallback:
+        hint = (f"{spec.name_or_path} cannot be had here and its local copy (model.fallback) does not hold a "
+                "loadable model" + ("; build it with `python scripts/get_smollm2.py`" if "smollm2" in path.lower() else ""))
+    elif spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
         hint = ("this local directory does not hold a loadable model"
                 + ("; rebuild it with `python scripts/build_tiny_model.py`" if spec.name_or_path == "tiny" else ""))
     else:
