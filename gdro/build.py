@@ -32,7 +32,7 @@ from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
 from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
-from gdro.models.loading import Policy
+from gdro.models.loading import Policy, model_provenance
 from gdro.policy import Forward
 from gdro.run.lifecycle import Run
 from gdro.run.lock import LockConfig
@@ -274,6 +274,7 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
     meta = run_meta(resolved, choices, run, dist.world, {
         "train": len(splits.problems["train"]), "test": len(splits.problems["test"]),
         "dropped_long_prompts": splits.dropped})
+    meta["model"] = model_provenance(spec)  # which weights: the path read, a fallback used, how gdro built them
     record = open_run_dir(run_dir, OmegaConf.to_yaml(cfg, resolve=True), meta, ckpt_meta, dist)
     policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
                          reference=comp.loss.beta_kl > 0)

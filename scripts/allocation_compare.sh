@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The decisive comparison of issue #31, as one command: nine allocation rows (GRPO, dynamic sampling, pre-rollout skip,
 # knapsack, Rollout-GDRO paper default, Rollout-GDRO variance signal, square-root, Prompt-GDRO, oracle) x 8 seeds on
-# experiment=toy-curriculum (250 steps), paired by seed with GRPO; then gdro-report at equal generated tokens:
+# experiment=toy-curriculum at n̄ = 4 (regime A of the pilot; the allocators' arms in [2, 12] = 3 × n̄) for 250 steps,
+# paired by seed with GRPO; then gdro-report at equal generated tokens:
 #   <out>/report/compute.md    tokens to GRPO's final tail mean@8, area under the held-out curve vs tokens, final
 #                              accuracy at equal tokens and at equal steps, paired with 95% CIs
 #   <out>/report/paired.md     Δ vs GRPO at equal steps;  <out>/report/mechanism.md  groups with gradient, rollouts per

@@ -3,6 +3,8 @@
     .venv/bin/python -m pip install -e '.[bench]'     # TRL: a benchmark-only extra, never a runtime dependency
     .venv/bin/python scripts/bench_vs_trl.py                            # tiny and 20m, 3 repeats: ~15-25 min on 2 cores
     .venv/bin/python scripts/bench_vs_trl.py --sizes tiny --repeats 1  # quick
+    .venv/bin/python scripts/bench_vs_trl.py --sizes smollm2 --prompts 8 --per-prompt 8 --new-tokens 32 --repeats 2
+                       # the real SmolLM2-135M-Instruct (scripts/get_smollm2.py) on the addition task, answer_mode=number
 
 TRL (1.16, ``pip install "trl>=1.16"``) installs into the project's venv without touching torch or transformers
 (it only adds ``accelerate``; ``pip install --dry-run`` first). Without TRL the script exits with status 2.
@@ -41,7 +43,7 @@ and the FLOPs the step needs, each prompt once and no padding:
     N = the model's parameters (tied embeddings counted once: the LM head's matmul);
 
 attention scores and the optimiser are not counted. floor seconds = FLOPs / rate; ours ÷ floor is printed.
-The last line is ``ours/trl tiny=<ratio> 20m=<ratio>`` (medians; ``n/a`` for a size not run).
+The last line is ``ours/trl tiny=<ratio> 20m=<ratio> smollm2=<ratio>`` (medians; ``n/a`` for a size not run).
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
-SIZES = ("tiny", "20m")
+SIZES = ("tiny", "20m", "smollm2")
 Q20M = {"hidden_size": 384, "num_hidden_layers": 8, "num_attention_heads": 6, "num_key_value_heads": 2,
         "head_dim": 64, "intermediate_size": 1792}
 LR, WEIGHT_DECAY, GRAD_CLIP, CLIP_LOW, CLIP_HIGH, ADV_EPS = 1e-4, 0.01, 1.0, 0.2, 0.28, 1e-4
@@ -93,6 +95,14 @@ def model_path(size: str, tmp: Path) -> str:
     """``tiny`` for the shipped model; for ``20m`` a random Qwen3 (tiny tokenizer) saved under ``tmp``."""
     if size == "tiny":
         return "tiny"
+    if size == "smollm2":  # the real SmolLM2-135M-Instruct weights (de-quantised Q4_1), built once
+        import subprocess
+
+        out = subprocess.run([sys.executable, str(CONF.parent / "scripts" / "get_smollm2.py")], capture_output=True,
+                             text=True, check=False)
+        if out.returncode != 0:
+            raise SystemExit(f"bench_vs_trl: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+        return out.stdout.strip().splitlines()[-1]
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from gdro.models.loading import ModelSpec, load_tokenizer
@@ -116,12 +126,19 @@ def spec_for(path: str, args):
     return ModelSpec(path, max_prompt_len=64, max_new_tokens=args.new_tokens)
 
 
+def task_for(size: str):
+    """The copy task for our own models; for SmolLM2 the addition task of experiment=smollm2-add (conf/data/add.yaml)."""
+    from gdro.data.arithmetic import AddTask
+    from gdro.data.synthetic import CopyTask
+
+    return AddTask() if size == "smollm2" else CopyTask()
+
+
 def bench_problems(args, tokenizer):
     """The first ``--prompts`` training problems that fit in 64 prompt tokens, as our trainer sees them."""
     from gdro.data.filtering import drop_long_prompts
-    from gdro.data.synthetic import CopyTask
 
-    kept, _ = drop_long_prompts(CopyTask().train(), tokenizer, max_prompt_len=64, use_chat_template=True)
+    kept, _ = drop_long_prompts(task_for(args.size).train(), tokenizer, max_prompt_len=64, use_chat_template=True)
     if len(kept) < args.prompts:
         raise SystemExit(f"only {len(kept)} prompts fit")
     return kept[: args.prompts]
@@ -137,12 +154,16 @@ def prompt_tokens(tokenizer, problems) -> tuple[list[list[int]], list[list[int]]
     return ours, [list(r) for r in trl]
 
 
-def make_reward():
-    """``MathVerifyReward`` with conf/reward/math-verify.yaml, built as ``gdro-train`` builds it (fresh cache)."""
+def make_reward(size: str = "tiny"):
+    """``MathVerifyReward`` with conf/reward/math-verify.yaml, built as ``gdro-train`` builds it (fresh cache); for
+    SmolLM2 with experiment=smollm2-add's ``answer_mode=number``."""
     from hydra.utils import instantiate
     from omegaconf import OmegaConf
 
-    return instantiate(OmegaConf.load(CONF / "reward" / "math-verify.yaml"))
+    cfg = OmegaConf.load(CONF / "reward" / "math-verify.yaml")
+    if size == "smollm2":
+        cfg.answer_mode = "number"
+    return instantiate(cfg)
 
 
 class TRLReward:
@@ -198,6 +219,7 @@ def our_overrides(path: str, args) -> list[str]:
         f"optim.lr={LR}", f"optim.weight_decay={WEIGHT_DECAY}", f"optim.grad_clip={GRAD_CLIP}", "optim.warmup_steps=0",
         "optim.ppo_epochs=1", "optim.mini_batches=1", f"optim.micro_batch_size={args.micro_batch}",
         "optim.skip_zero_adv=false",  # equal work: every row goes through the update, as in TRL
+        *(["data=add", "reward.answer_mode=number"] if args.size == "smollm2" else []),
     ]
 
 
@@ -278,7 +300,7 @@ def run_trl(path: str, args, problems, run_dir: Path) -> dict[str, float]:
     timer = StepTimer()
     eos = policy.generation_config.eos_token_id
     eos_ids = sorted({tokenizer.eos_token_id, *([eos] if isinstance(eos, int) else eos or [])})
-    trainer = GRPOTrainer(model=policy, reward_funcs=TRLReward(make_reward(), eos_ids, clock),
+    trainer = GRPOTrainer(model=policy, reward_funcs=TRLReward(make_reward(args.size), eos_ids, clock),
                           args=trl_config(args, run_dir), train_dataset=dataset, processing_class=tokenizer,
                           callbacks=[timer])
     trainer.remove_callback(PrinterCallback)  # the end-of-training metrics dict
@@ -326,11 +348,12 @@ def split_line(r: dict[str, float], ours: bool) -> str:
 def bench_size(size: str, args, rate: float, tmp: Path) -> float:
     from gdro.models.loading import load_model
 
+    args.size = size
     path = model_path(size, tmp)
     model, tokenizer = load_model(spec_for(path, args))
     n_params = sum(p.numel() for p in model.parameters())
     c = model.config
-    print(f"\n== {size}: Qwen3, {n_params:,} parameters (vocab {c.vocab_size}, hidden {c.hidden_size}, "
+    print(f"\n== {size}: {type(model).__name__}, {n_params:,} parameters (vocab {c.vocab_size}, hidden {c.hidden_size}, "
           f"{c.num_hidden_layers} layers, MLP {c.intermediate_size}) ==", flush=True)
     del model
     problems = bench_problems(args, tokenizer)
@@ -370,7 +393,7 @@ def bench_size(size: str, args, rate: float, tmp: Path) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--sizes", default="tiny,20m", help="comma-separated: tiny, 20m")
+    ap.add_argument("--sizes", default="tiny,20m", help="comma-separated: tiny, 20m, smollm2")
     ap.add_argument("--repeats", type=int, default=3, help="measured rounds per size (after one warm-up each)")
     ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--per-prompt", type=int, default=8)

@@ -78,14 +78,18 @@ CURRICULUM: dict[str, list[str]] = {
 # seeds paired with GRPO: GRPO, DAPO dynamic sampling, the GRESO-style pre-rollout skip, Knapsack RL, Rollout-GDRO
 # (the paper's default and the variance signal, beyond the paper), the square-root allocator, Prompt-GDRO and the
 # label-reading oracle. The report compares them at equal generated tokens (compute.md) as well as at equal steps.
+# Regime A of the pilot (docs/results.md): n̄ = 4, so every allocator's arm range is [2, 12], 3 × n̄ (each allocator
+# config's own rule, and the paper's value at n̄ = 4; knapsack's official script uses 16 × n̄), settled before any
+# allocator row ran.
+N_MAX_A = ["allocator.n_max=12"]
 ALLOCATION: dict[str, list[str]] = {
     "grpo": METHODS["grpo"],
     "dynamic": ["sampler=uniform", "allocator=fixed", "filter=dynamic"],
     "skip": ["sampler=uniform", "allocator=fixed", "skip=greso"],
-    "knapsack": ["sampler=uniform", "allocator=knapsack"],
-    "rollout-gdro": METHODS["rollout-gdro"],
-    "rollout-gdro-variance": ["sampler=uniform", "allocator=rollout-gdro-variance"],
-    "sqrt": METHODS["sqrt"],
+    "knapsack": ["sampler=uniform", "allocator=knapsack", *N_MAX_A],
+    "rollout-gdro": [*METHODS["rollout-gdro"], *N_MAX_A],
+    "rollout-gdro-variance": ["sampler=uniform", "allocator=rollout-gdro-variance", *N_MAX_A],
+    "sqrt": [*METHODS["sqrt"], *N_MAX_A],
     "prompt-gdro": METHODS["prompt-gdro"],
     "oracle": METHODS["oracle"],
 }
@@ -99,7 +103,7 @@ PRESETS: dict[str, dict] = {
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/toy-curriculum",
                    # the hard tail of the protocol (docs/results.md): the levels below 50% mean@8 at the warm start
                    "report": ["--tail-levels", "7-8"]},
-    "allocation": {"methods": ALLOCATION, "base": ["experiment=toy-curriculum"], "steps": 250,
+    "allocation": {"methods": ALLOCATION, "base": ["experiment=toy-curriculum", "rollouts_per_prompt=4"], "steps": 250,
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation",
                    "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
 }

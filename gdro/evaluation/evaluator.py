@@ -42,6 +42,7 @@ from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask
 from gdro.distributed import Dist
 from gdro.interfaces import Problem
+from gdro.models.loading import model_provenance
 from gdro.rollout.base import close_engine
 from gdro.run.ioerrors import named_io
 from gdro.validate import validate_config
@@ -248,6 +249,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     record = {
         "metrics": metrics,
         "model": spec.name_or_path,
+        "model_source": model_provenance(spec),  # the path read (a fallback used?) and how gdro built a local copy
         "k": k,
         "benchmarks": plan.reports,
         "dropped_long_prompts": dropped,

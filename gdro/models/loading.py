@@ -8,6 +8,7 @@ the tiny model and its tokenizer are built and warm-started is :mod:`gdro.models
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import json
 import logging
@@ -62,6 +63,9 @@ class ModelSpec:
             sequences, ~1/3 more compute. Only training forwards are affected (generation and no-grad passes are not).
         lora: LoRA adapters on the trained policy (:class:`gdro.models.lora.LoraSpec`: ``r`` 0 = full fine-tuning,
             ``alpha``, ``dropout``, ``target_modules``); an evaluation loads the model without them.
+        fallback: a local model directory used when ``name_or_path`` is a hub id that cannot be had here (not in the
+            local Hugging Face cache, and no network or ``HF_HUB_OFFLINE`` set): the hub's weights where they can
+            be reached, an offline copy elsewhere. Which one a run used is in its run.json (``model``). None = none.
         hub_kernels: let transformers swap layers for kernels fetched from the hub (its ``use_kernels``; since
             transformers 5 on by default where the ``kernels`` package is installed, and a failure offline: found on
             the first GPU run, docs/gpu.md). Off by default: the layers are the model's own, everywhere.
@@ -79,6 +83,7 @@ class ModelSpec:
     gradient_checkpointing: bool = False
     lora: LoraSpec = field(default_factory=LoraSpec)
     hub_kernels: bool = False
+    fallback: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name_or_path, str) or not self.name_or_path.strip():
@@ -99,6 +104,8 @@ class ModelSpec:
             raise TypeError(f"gradient_checkpointing must be true or false, got {self.gradient_checkpointing!r}")
         if not isinstance(self.hub_kernels, bool):
             raise TypeError(f"hub_kernels must be true or false, got {self.hub_kernels!r}")
+        if self.fallback is not None and (not isinstance(self.fallback, str) or not self.fallback.strip()):
+            raise ValueError(f"fallback must be null or a local directory, got {self.fallback!r}")
         try:
             object.__setattr__(self, "lora", LoraSpec.of(self.lora))
         except (TypeError, ValueError) as err:
@@ -114,6 +121,8 @@ class ModelSpec:
         """The trained policy's parameter dtype (``master_dtype``, else ``dtype``)."""
         return DTYPES[self.master_dtype or self.dtype]
 
+
+log = logging.getLogger(__name__)
 
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 
@@ -180,6 +189,62 @@ def resolve_path(name_or_path: str) -> str:
 
         return str(build_rehearsal_model(name=name_or_path))
     return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
+
+
+_HUB_TIMEOUT_S = 10.0  # how long the hub may take to answer whether a model is there, before the fallback is used
+
+
+def model_path(spec: ModelSpec) -> str:
+    """Where ``spec``'s model is read from: :func:`resolve_path` of ``name_or_path``, or ``spec.fallback`` when
+    ``name_or_path`` is a hub id that cannot be had (:func:`hub_reachable`). Decided once per process (cached), so
+    a run's tokenizer, policy and engine all read the same weights; the choice is logged."""
+    return _model_path(spec.name_or_path, spec.revision, spec.fallback)
+
+
+@functools.cache
+def _model_path(name_or_path: str, revision: str | None, fallback: str | None) -> str:
+    path = resolve_path(name_or_path)
+    if fallback is None or Path(path).is_dir():
+        return path
+    problem = hub_problem(path, revision)
+    if problem is None:
+        return path
+    log.warning("model %s cannot be had here (%s): using its local copy %s (model.fallback)", path, problem, fallback)
+    return fallback
+
+
+def hub_problem(repo_id: str, revision: str | None = None) -> str | None:
+    """Why the hub model ``repo_id`` cannot be had here, in a few words (None: its ``config.json`` is in the local
+    Hugging Face cache, or the hub answered within ``_HUB_TIMEOUT_S``)."""
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
+
+    try:
+        if isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str):
+            return None
+    except ValueError as err:  # not a valid repo id
+        return f"not a hub id: {err}"
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
+        return "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set"
+    try:
+        hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=_HUB_TIMEOUT_S)
+    except Exception as err:  # noqa: BLE001 -- any failure to fetch (network, auth, a missing repo) means "not here"
+        return f"not in the local cache, and fetching it failed: {type(err).__name__}"
+    return None
+
+
+def model_provenance(spec: ModelSpec) -> dict[str, Any]:
+    """What run.json records about the weights: the name asked for, the path read, whether ``model.fallback`` was
+    used, and a local dir's ``gdro_source.json`` (how gdro built it, with checksums: scripts/get_smollm2.py)."""
+    path = model_path(spec)
+    out: dict[str, Any] = {"name_or_path": spec.name_or_path, "path": path,
+                           "fallback_used": spec.fallback is not None and path == spec.fallback}
+    source = Path(path) / "gdro_source.json"
+    if source.is_file():
+        try:
+            out["source"] = json.loads(source.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            out["source"] = f"unreadable: {err}"
+    return out
 
 
 WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
@@ -251,7 +316,10 @@ def _tokenizer_problem(path: str, err: BaseException) -> str:
 
 
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
-    if spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
+    if spec.fallback is not None and path == spec.fallback:
+        hint = (f"{spec.name_or_path} cannot be had here and its local copy (model.fallback) does not hold a "
+                "loadable model" + ("; build it with `python scripts/get_smollm2.py`" if "smollm2" in path.lower() else ""))
+    elif spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
         hint = ("this local directory does not hold a loadable model"
                 + ("; rebuild it with `python scripts/build_tiny_model.py`" if spec.name_or_path == "tiny" else ""))
     else:
@@ -271,7 +339,7 @@ def load_tokenizer(spec: ModelSpec):
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError
     from transformers import AutoTokenizer
 
-    path = resolve_path(spec.name_or_path)
+    path = model_path(spec)
     problem = model_dir_problem(path)
     if problem is not None:
         raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")
@@ -406,7 +474,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
 
     target = resolve_device(device)
     tokenizer = load_tokenizer(spec) if tokenizer is None else tokenizer
-    path = resolve_path(spec.name_or_path)
+    path = model_path(spec)
     problem = shape_problem(path, spec.trust_remote_code) if Path(path).is_dir() else None
     if problem is not None:
         raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")

@@ -40,7 +40,7 @@ def markdown(rows: dict[str, list[float | None]], *, k: int = 8, paper: str | No
     head = [name for _, name in COLUMNS]
     lines = [f"| method | {' | '.join(head)} | avg (mean@{k}) | pass@{k} (pooled) |",
              "|---|" + "---:|" * (len(head) + 2)]
-    fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
+    fmt = lambda v: "—" if v is None else f"{v:.2f}"
     for label, values in rows.items():
         lines.append(f"| {label} | " + " | ".join(fmt(v) for v in values) + " |")
     for method, values in (PAPER.get(paper, {}) if paper else {}).items():

@@ -1,6 +1,6 @@
 """vLLM rollout engine (``rollout=vllm``): an in-process ``vllm.LLM`` behind the same ``Generator`` protocol.
 
-The engine is built from the policy's checkpoint directory (``gdro.models.loading.resolve_path(spec.name_or_path)``) and is
+The engine is built from the policy's checkpoint directory (``gdro.models.loading.model_path(spec)``) and is
 immediately synced to the in-memory policy, so a resumed or already-updated policy is what it samples from. After each
 update the trainer calls :meth:`VLLMGenerator.sync_weights`, which pushes ``model.state_dict()`` into the running
 engine (``collective_rpc("reload_weights")``) without a restart.
@@ -186,10 +186,14 @@ class VLLMGenerator:
         ``state_dict()`` (not ``named_parameters()``): with tied embeddings it also holds ``lm_head.weight``, without
         which the CPU backend keeps a stale lm_head.
         """
+        from gdro.models.lora import has_adapters, merged_state_dict
+
         self._wake(["weights"])
+        # a LoRA policy (the engine is built from one): its base weights with the adapters merged in, by their names
+        state = merged_state_dict(model) if has_adapters(model) else model.state_dict()
         # cast one tensor at a time to the engine's dtype (fp32 master weights -> bf16): no full second copy
         weights = ((name, t.detach().to(self.dtype) if t.is_floating_point() else t.detach())
-                   for name, t in model.state_dict().items())
+                   for name, t in state.items())
         with _contained_side_effects():
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
             self.llm.reset_prefix_cache()
@@ -286,10 +290,10 @@ def _per_process_engine() -> dict[str, Any]:
 
 def make_vllm_engine(cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, spec) -> VLLMGenerator:
     """The vLLM engine for the policy ``model`` loaded from ``spec`` (a :class:`gdro.models.loading.ModelSpec`)."""
-    from gdro.models.loading import resolve_path
+    from gdro.models.loading import model_path
 
     return VLLMGenerator(
-        cfg, model, tokenizer, model_path=resolve_path(spec.name_or_path), use_chat_template=spec.use_chat_template,
+        cfg, model, tokenizer, model_path=model_path(spec), use_chat_template=spec.use_chat_template,
         max_prompt_len=spec.max_prompt_len, max_new_tokens=spec.max_new_tokens, dtype=spec.dtype,
         trust_remote_code=spec.trust_remote_code, revision=spec.revision,
     )
