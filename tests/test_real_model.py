@@ -123,6 +123,26 @@ def test_lora_on_real_weights(smollm2, tmp_path):
     assert [r["step"] for r in read_metrics(run) if r.get("step")] == [1]
 
 
+def test_lora_resumes_exactly_on_real_weights(smollm2, tmp_path):
+    """experiment=smollm2-add with LoRA (r 8) and a KL term (its reference: the base, adapters off): 2 steps in one run
+    equal 1 step + a resumed step, every non-time value, and the adapters moved (deterministic on the CPU: seed 0's
+    first steps carry signal, as in the preset's runs)."""
+    lora = ["experiment=smollm2-add", "model.lora.r=8", "loss.beta_kl=0.01", "optim.lr=1e-3", "optim.warmup_steps=0",
+            "eval.at_start=false",
+            "eval.every=0", "eval.at_end=false", "logger=jsonl", "progress=false", "checkpoint.every=1"]
+    whole, cut = tmp_path / "whole", tmp_path / "cut"
+    _run(smollm2, *lora, "steps=2", "save_final=true", f"hydra.run.dir={whole}")
+    _run(smollm2, *lora, "steps=1", "save_final=false", f"hydra.run.dir={cut}")
+    _run(smollm2, *lora, "steps=2", "save_final=false", f"hydra.run.dir={cut}")  # resumes after step 1
+    assert _values(whole) == _values(cut)
+    rows = [r for r in _values(whole) if r.get("step")]
+    assert any(r["train/adv_abs_mean"] > 0 for r in rows) and all(r["train/kl"] is not None for r in rows)
+    from safetensors.torch import load_file
+
+    adapter = load_file(str(whole / "checkpoint" / "adapter" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for k, t in adapter.items() if "lora_B" in k)  # B starts at 0: it trained
+
+
 def test_two_processes_fsdp2_with_tied_embeddings(smollm2, tmp_path):
     run = tmp_path / "fsdp"
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
