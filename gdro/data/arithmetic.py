@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gdro.data.synthetic import LEVEL_DISTS, _exact_counts, level_weights
+from gdro.data.synthetic import _exact_counts, check_split_settings, level_weights
 from gdro.interfaces import Problem
 
 ADD_PROMPT = "What is {a} + {b}? Put the final answer in \\boxed{{}}."
@@ -57,18 +57,7 @@ class AddTask:
             raise ValueError(f"min_level must be in [1, 9], got {self.min_level}")
         if not self.min_level <= self.max_level <= 9:
             raise ValueError(f"max_level must be in [min_level={self.min_level}, 9], got {self.max_level}")
-        if self.train_size < 1:
-            raise ValueError(f"train_size must be >= 1, got {self.train_size}")
-        if self.test_per_level < 1:
-            raise ValueError(f"test_per_level must be >= 1, got {self.test_per_level}")
-        if self.level_dist not in LEVEL_DISTS:
-            raise ValueError(f"level_dist must be one of {LEVEL_DISTS}, got {self.level_dist!r}")
-        if not self.zipf_a > 0:
-            raise ValueError(f"zipf_a must be > 0, got {self.zipf_a}")
-        if not 0 < self.geo_p <= 1:
-            raise ValueError(f"geo_p must be in (0, 1], got {self.geo_p}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        check_split_settings(self)
         try:
             shown = self.prompt.format(a=12, b=34)
         except (KeyError, IndexError, ValueError) as err:

@@ -67,6 +67,23 @@ def level_weights(levels: np.ndarray, dist: str, zipf_a: float, geo_p: float) ->
     return w / w.sum()
 
 
+def check_split_settings(task) -> None:
+    """The settings a level-based task shares (``train_size``, ``test_per_level``, ``level_dist``, ``zipf_a``,
+    ``geo_p``, ``seed``), checked one way: a ValueError naming the key."""
+    if task.train_size < 1:
+        raise ValueError(f"train_size must be >= 1, got {task.train_size}")
+    if task.test_per_level < 1:
+        raise ValueError(f"test_per_level must be >= 1, got {task.test_per_level}")
+    if task.level_dist not in LEVEL_DISTS:
+        raise ValueError(f"level_dist must be one of {LEVEL_DISTS}, got {task.level_dist!r}")
+    if not task.zipf_a > 0:
+        raise ValueError(f"zipf_a must be > 0, got {task.zipf_a}")
+    if not 0 < task.geo_p <= 1:
+        raise ValueError(f"geo_p must be in (0, 1], got {task.geo_p}")
+    if task.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {task.seed}")
+
+
 def _exact_counts(probs: np.ndarray, total: int) -> np.ndarray:
     """Integer counts summing to ``total`` that follow ``probs`` as closely as possible (largest remainder)."""
     raw = probs * total
@@ -135,18 +152,7 @@ class CopyTask:
             raise ValueError(f"min_level must be in [1, 20], got {self.min_level}")
         if not self.min_level <= self.max_level <= 20:
             raise ValueError(f"max_level must be in [min_level={self.min_level}, 20], got {self.max_level}")
-        if self.train_size < 1:
-            raise ValueError(f"train_size must be >= 1, got {self.train_size}")
-        if self.test_per_level < 1:
-            raise ValueError(f"test_per_level must be >= 1, got {self.test_per_level}")
-        if self.level_dist not in LEVEL_DISTS:
-            raise ValueError(f"level_dist must be one of {LEVEL_DISTS}, got {self.level_dist!r}")
-        if not self.zipf_a > 0:
-            raise ValueError(f"zipf_a must be > 0, got {self.zipf_a}")
-        if not 0 < self.geo_p <= 1:
-            raise ValueError(f"geo_p must be in (0, 1], got {self.geo_p}")
-        if self.seed < 0:
-            raise ValueError(f"seed must be >= 0, got {self.seed}")
+        check_split_settings(self)
         if not 0 <= self.sticky_frac <= 1:
             raise ValueError(f"sticky_frac must be in [0, 1], got {self.sticky_frac}")
         if not 0 <= self.sticky_p < 1:

@@ -91,9 +91,10 @@ def evaluate(
             samples.append({"uid": probs[g].uid, "sample": seen[g], "completion": roll.texts[i],
                             "finished": bool(roll.finished[i]), "correct": bool(scored.correct[i])})
             seen[g] += 1
-    out = summarize(scored.correct, roll.group_index, [p.level for p in probs], cfg.k)
+    levels = [p.level for p in probs]
+    out = summarize(scored.correct, roll.group_index, levels, cfg.k)
     if cfg.format_metrics:
-        out |= format_rates(roll.texts, roll.finished, roll.group_index, [p.level for p in probs])
+        out |= format_rates(roll.texts, roll.finished, roll.group_index, levels)
     out["eval/len_mean"] = float(roll.lengths.mean())
     out["eval/truncated_frac"] = float((~roll.finished).mean())
     out["eval/n_problems"] = float(len(probs))

@@ -196,7 +196,7 @@ _HUB_TIMEOUT_S = 10.0  # how long the hub may take to answer whether a model is 
 
 def model_path(spec: ModelSpec) -> str:
     """Where ``spec``'s model is read from: :func:`resolve_path` of ``name_or_path``, or ``spec.fallback`` when
-    ``name_or_path`` is a hub id that cannot be had (:func:`hub_reachable`). Decided once per process (cached), so
+    ``name_or_path`` is a hub id that cannot be had (:func:`hub_problem`). Decided once per process (cached), so
     a run's tokenizer, policy and engine all read the same weights; the choice is logged."""
     return _model_path(spec.name_or_path, spec.revision, spec.fallback)
 
@@ -318,7 +318,7 @@ def _tokenizer_problem(path: str, err: BaseException) -> str:
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
     if spec.fallback is not None and path == spec.fallback:
         hint = (f"{spec.name_or_path} cannot be had here and its local copy (model.fallback) does not hold a "
-                "loadable model" + ("; build it with `python scripts/get_smollm2.py`" if "smollm2" in path.lower() else ""))
+                "loadable model: build or copy the model there (model=smollm2-135m: `python scripts/get_smollm2.py`)")
     elif spec.name_or_path == "tiny" or os.path.isabs(path) or path.startswith("."):
         hint = ("this local directory does not hold a loadable model"
                 + ("; rebuild it with `python scripts/build_tiny_model.py`" if spec.name_or_path == "tiny" else ""))
