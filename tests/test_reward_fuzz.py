@@ -3,9 +3,11 @@
 Real math-verify in the main thread, where the reward's deadline applies. Each completion is scored in its own
 ``score()`` call and timed: ``gdro.grading.rewards`` documents at most ``2 * timeout_s`` per completion (3x with a
 gold's first parse) plus milliseconds; asserted with slack as ``2 * (2 * timeout_s) + 1 s``, which only a
-deadline that fails to fire (a hang) can exceed. (The project's tests otherwise never assert on wall-clock
-time; this bound is the reward's contract, measured here under 1 s worst case against 3 s.) About 20 s on
-2 cores.
+deadline that fails to fire (a hang) can exceed. The time asserted is this process's CPU time, not wall-clock
+time: a hang burns CPU, while a machine shared with other work only stretches the wall clock (wall-clock bounds
+failed here at 3.2-3.6 s while three heavy processes shared the 2 cores). (The project's tests otherwise never
+assert on time; this bound is the reward's contract, measured here under 1 s worst case against 3 s.) About
+20 s on 2 cores.
 """
 
 from __future__ import annotations
@@ -187,9 +189,9 @@ def test_adversarial_completions_never_raise_and_stay_within_the_time_bound(case
     slow, errors, worst = [], [], 0.0
     for kind, text in completions(rng, n):
         gold = _pick(rng, GOLDS)
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         b = r.score([text], [gold], [True])
-        dt = time.perf_counter() - t0
+        dt = time.process_time() - t0
         _well_formed(b, 1, r)
         worst = max(worst, dt)
         if dt > BOUND_S:
@@ -223,9 +225,9 @@ HUGE_EXPONENTS = ["2E852868", "1.5E+900000", "2E-852868", "2.0E852868x", "7E0000
 @pytest.mark.parametrize("answer", HUGE_EXPONENTS)
 def test_huge_exponent_literals_score_as_timeouts_at_once(answer):
     r = MathVerifyReward(timeout_s=TIMEOUT_S)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     b = r.score([f"\\boxed{{{answer}}}"], ["28452683"], [True])
-    assert time.perf_counter() - t0 < BOUND_S
+    assert time.process_time() - t0 < BOUND_S
     assert not b.correct[0] and b.n_timeout == 1 and b.n_error == 0
 
 
