@@ -12,7 +12,16 @@ import pytest
 
 from gdro.controllers.ledger import ComputeLedger, mixed_groups
 from gdro.report import find_runs, main
-from gdro.report.compute import area, compute_comparison, curve, first_reach, interpolate, tokens_by_step
+from gdro.report.compute import (
+    area,
+    compute_comparison,
+    curve,
+    first_reach,
+    generated,
+    interpolate,
+    mean_curve,
+    tokens_by_step,
+)
 
 LABELS = ("0", "1", "unseen")
 
@@ -136,7 +145,24 @@ def test_gdro_report_writes_the_compute_table_and_names_its_axis(tmp_path, capsy
     assert main([str(root), "--axis", "steps"]) == 0
     text = (root / "report" / "compute.md").read_text()
     assert "Axis: **training steps**" in text
-    assert "| dyn | 2 |" in text
+    assert "| dyn | 2 | 0.8 |" in text and "| GRPO | – | 0.4 |" in text  # k tokens generated per run: 4 x 200, 4 x 100
+    assert (root / "report" / "compute_curves.png").stat().st_size > 0
     assert main([str(root)]) == 0
     assert "Axis: **generated tokens (compute/tokens_cum)**" in (root / "report" / "compute.md").read_text()
     assert "at equal compute" in capsys.readouterr().out
+
+
+def test_mean_curve_over_seeds_by_hand_and_only_where_every_run_is_measured(tmp_path):
+    root = tmp_path / "sweep"
+    # two seeds of one method; seed 1 generates twice the tokens per step, so by tokens it is measured further
+    _run_dir(root, "a/0", 0, "a", 100.0, {0: 40.0, 2: 50.0, 4: 60.0})
+    _run_dir(root, "a/1", 1, "a", 200.0, {0: 20.0, 2: 60.0, 4: 80.0})
+    runs = sorted(find_runs(root), key=lambda r: r.seed)
+    assert [generated(r) for r in runs] == [400.0, 800.0]
+    # by steps: at 0, 1, 2, 3, 4 -> (40+20)/2, (45+40)/2, (50+60)/2, (55+70)/2, (60+80)/2
+    mean, sd = mean_curve(runs, "eval/mean@4", "steps", np.array([0.0, 1.0, 2.0, 3.0, 4.0]))
+    assert mean.tolist() == [30.0, 42.5, 55.0, 62.5, 70.0]
+    assert math.isclose(sd[0], math.sqrt(((40 - 30) ** 2 + (20 - 30) ** 2) / 1))
+    # by tokens: seed 0 at 400 = 60 (its step 4), seed 1 at 400 = 60 (its step 2); past 400 seed 0 is unmeasured
+    mean, _ = mean_curve(runs, "eval/mean@4", "tokens", np.array([0.0, 200.0, 400.0, 600.0]))
+    assert mean[:3].tolist() == [30.0, 45.0, 60.0] and math.isnan(mean[3])

@@ -57,6 +57,7 @@ from gdro.report.compute import AXES, write_compute
 from gdro.report.figures import (
     _colors,
     _over_seeds,
+    fig_compute_curves,
     make_figures,
 )
 from gdro.report.mechanism import mechanism_markdown, mechanism_rows
@@ -204,6 +205,8 @@ def _main(argv: list[str] | None) -> int:
     if paired_md is not None:  # the held-out curve at equal compute: the tail mean@k, else the first mean@k
         curve_key = mean_tail or next((k for k in heads if METRIC_KEY.match(k)["kind"] == "mean"), None)
         compute = write_compute(runs, out, curve_key, args.axis, args.which) if curve_key else None
+        if compute is not None and fig_compute_curves(runs, curve_key, compute[2], out / "compute_curves.png"):
+            figs.append(out / "compute_curves.png")
     mech_rows, mech_bins = mechanism_rows(runs)
     mech_md = None
     if mech_rows:

@@ -90,6 +90,28 @@ def area(xs: np.ndarray, ys: np.ndarray, x_max: float) -> float | None:
     return float(np.sum((px[1:] - px[:-1]) * (py[1:] + py[:-1]) / 2) / (x_max - xs[0]))
 
 
+def generated(run: Run) -> float:
+    """The completion tokens the run generated in all (its last logged step's ``compute/tokens_cum``)."""
+    return max(tokens_by_step(run).values())
+
+
+def mean_curve(runs: list[Run], key: str, axis: str, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and s.d. over ``runs`` of their curves interpolated at ``grid``; NaN where any run's curve does not
+    reach the grid point (each method is drawn only where all its runs are measured)."""
+    ys = np.full((len(runs), len(grid)), np.nan)
+    for i, run in enumerate(runs):
+        xs, vs = curve(run, key, axis)
+        if len(xs):
+            inside = (grid >= xs[0]) & (grid <= xs[-1])
+            ys[i, inside] = np.interp(grid[inside], xs, vs)
+    ok = ~np.isnan(ys).any(axis=0)
+    mean, sd = np.full(len(grid), np.nan), np.full(len(grid), np.nan)
+    if ok.any():
+        mean[ok] = ys[:, ok].mean(axis=0)
+        sd[ok] = ys[:, ok].std(axis=0, ddof=1) if len(runs) > 1 else 0.0
+    return mean, sd
+
+
 def _pair(a: Run, z: Run, key: str, axis: str, threshold: float | None, which: str) -> dict:
     """The four measures of run ``a`` and GRPO's run ``z`` of the same seed."""
     (ax, ay), (zx, zy) = curve(a, key, axis), curve(z, key, axis)
@@ -126,7 +148,7 @@ def compute_comparison(runs: list[Run], key: str, axis: str = "tokens", which: s
     out = []
     for method in sorted(groups, key=_method_rank):
         rs = groups[method]
-        row: dict = {"method": method, "name": display_name(method), "n": len(rs),
+        row: dict = {"method": method, "name": display_name(method), "n": len(rs), "generated": [generated(r) for r in rs],
                      "reach": [first_reach(*curve(r, key, axis), info["threshold"]) if info["threshold"] is not None
                                else None for r in rs]}
         pairs = [_pair(r, base[str(r.seed)], key, axis, info["threshold"], which) for r in rs
@@ -154,7 +176,7 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
     head = [f"Axis: **{AXIS_NAMES[axis]}**; key {key}"
             + (f"; threshold = GRPO's final {thr:.2f}" if thr is not None else "; no GRPO run: no threshold") + ".",
             ""]
-    cols = ["Method", "pairs", f"{unit} to GRPO's final (mean; reached)", f"Δ {unit} to it",
+    cols = ["Method", "pairs", "k tokens generated per run (mean)", f"{unit} to GRPO's final (mean; reached)", f"Δ {unit} to it",
             f"Δ area (mean {key} over {axis})", f"Δ {key} at equal tokens", f"Δ {key} at equal steps"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:
@@ -163,7 +185,8 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
         reach = r["d_reach"]
         if axis == "tokens" and reach[2]:
             reach = (reach[0] / 1e3, reach[1] / 1e3 if math.isfinite(reach[1]) else reach[1], reach[2])
-        cells = [r["name"], "–" if base else str(r["pairs"]), _fmt_reach(r["reach"], axis)]
+        cells = [r["name"], "–" if base else str(r["pairs"]), f"{np.mean(r['generated']) / 1e3:.1f}",
+                 _fmt_reach(r["reach"], axis)]
         cells += ["–"] * 4 if base else [format_cell(*reach, digits=digits), format_cell(*r["d_area"]),
                                          format_cell(*r["d_equal_tokens"]), format_cell(*r["d_equal_steps"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -171,7 +194,7 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
 
 
 def write_compute(runs: list[Run], out, key: str, axis: str, which: str):
-    """compute.md in ``out`` (its path and text), or None without GRPO and one other method."""
+    """compute.md in ``out`` (its path, text and threshold), or None without GRPO and one other method."""
     if not any(r.method == BASELINE for r in runs) or len(_groups(runs)) < 2:
         return None
     rows, info = compute_comparison(runs, key, axis, which)
@@ -179,4 +202,4 @@ def write_compute(runs: list[Run], out, key: str, axis: str, which: str):
     path = out / "compute.md"
     path.write_text(f"Each method minus GRPO, paired by seed, at equal compute ({which} evaluation row at equal "
                     f"steps); mean ± 95% CI (Student t); gdro/report/compute.py.\n\n" + text, encoding="utf-8")
-    return path, text
+    return path, text, info["threshold"]

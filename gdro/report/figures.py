@@ -162,6 +162,43 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
 
 
 
+def fig_compute_curves(runs: list[Run], key: str, threshold: float | None, path) -> bool:
+    """The held-out curve ``key`` against generated tokens and against steps, per method the mean over its seeds
+    ± 1 s.d. where all its runs are measured, GRPO's final value (the compute table's threshold) dashed."""
+    import matplotlib.pyplot as plt
+
+    from gdro.report.compute import curve, mean_curve
+
+    groups = _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+    colors = _colors(list(groups))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    drawn = False
+    for ax, axis, scale, xlabel in ((axes[0], "tokens", 1e3, "generated tokens (k)"), (axes[1], "steps", 1.0, "step")):
+        ends = [curve(r, key, axis)[0] for r in runs]
+        x_max = max((e[-1] for e in ends if len(e)), default=0.0)
+        if x_max <= 0:
+            continue
+        grid = np.linspace(0.0, x_max, 200)
+        for method, rs in groups.items():
+            mean, sd = mean_curve(rs, key, axis, grid)
+            if np.isnan(mean).all():
+                continue
+            drawn = True
+            ax.plot(grid / scale, mean, color=colors[method], lw=1.6, label=f"{display_name(method)} (n={len(rs)})")
+            ax.fill_between(grid / scale, mean - sd, mean + sd, color=colors[method], alpha=0.12, lw=0)
+        if threshold is not None:
+            ax.axhline(threshold, color="k", ls="--", lw=0.8, label=f"GRPO's final ({threshold:.1f})")
+        ax.set(xlabel=xlabel, ylabel=f"{_label(key)} (%)",
+               title=f"{_label(key)} vs {xlabel.split(' (')[0]}: mean over seeds ± 1 s.d.")
+        ax.grid(alpha=0.3)
+    if not drawn:
+        plt.close(fig)
+        return False
+    axes[1].legend(fontsize=7)
+    return _save(fig, path)
+
+
+
 def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
     """Write the figures whose keys some run logs; returns the paths written."""
     import matplotlib
