@@ -537,6 +537,8 @@ def test_mechanism_table_from_runs_with_known_numbers(tmp_path: Path):
                 r["difficulty/wse_ratio"] = 0.8 + 0.1 * seed if method == "sqrt" else 1.0
                 if method == "pg":
                     r["gdro/lead_lag"] = -1.0 if s <= 4 else -2.0
+                if method == "sqrt":  # the compute ledger: 16 rollouts a step, 4 discarded from step 5 on
+                    r["compute/rollouts"], r["compute/discarded_rollouts"] = 16.0, 4.0 if s >= 5 else 0.0
             (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     rows, bins = mechanism_rows(find_runs(sw))
     by = {r["method"]: r for r in rows}
@@ -550,10 +552,13 @@ def test_mechanism_table_from_runs_with_known_numbers(tmp_path: Path):
     assert grpo["per_bin"]["0"][0] == pytest.approx(0.15)
     assert grpo["wse_ratio"][0] == 1.0 and grpo["wse_below_1"] == (0, 2) and grpo["lead_lag"][0][2] == 0
     assert by["uniform+sqrt"]["wse_ratio"][0] == pytest.approx(0.85) and by["uniform+sqrt"]["wse_below_1"] == (2, 2)
+    # steps 2-8: 7 x 16 generated, 4 x 4 discarded -> 96 / 112 trained; no ledger in the other rows
+    assert by["uniform+sqrt"]["kept"][0] == pytest.approx(96 / 112) and grpo["kept"][2] == 0
     lag_first, lag_last = by["prompt-gdro+fixed"]["lead_lag"]
     assert lag_first[0] == -1.0 and lag_last[0] == -2.0
     md = mechanism_markdown(rows, bins)
     assert "| GRPO | 2 | 33.2 ± " in md and "0.850 ± 0.635 (2/2)" in md and "-1.00 ± 0.00 → -2.00 ± 0.00" in md
+    assert "| 85.7 ± 0.0 |" in md and "-2.00 ± 0.00 | – |" in md
     assert main([str(sw)]) == 0 and (sw / "report" / "mechanism.md").read_text().count("| GRPO |") == 2
 
 

@@ -7,6 +7,9 @@ row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
 - **groups with gradient**: ``difficulty/informative``, the share of the batch's groups that are neither all correct
   nor all wrong (GRPO's group-relative advantage is zero for the others), overall and in the first and last quarter
   of those steps; and per bin (``difficulty/informative/<bin>``, over the steps where the bin was in the batch);
+- **rollouts trained ÷ generated**: Σ (``compute/rollouts`` − ``compute/discarded_rollouts``) ÷ Σ ``compute/rollouts``
+  over those steps (the compute ledger; 100% without a filter): dynamic sampling trains only on groups with gradient,
+  and this is what that costs in rollouts it generated and threw away;
 - **rollouts per prompt per bin**: ``compute/rollouts_per_prompt/<bin>`` (the compute ledger: every generated group);
 - **weighted standard error against uniform**: ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated
   over the same batch at its mean group size (1 for a fixed allocation; the square-root allocator's claim is that it
@@ -37,6 +40,14 @@ def _quarters(rows: list[dict], key: str) -> tuple[float, float]:
     return first_last_quarter(vals) or (math.nan, math.nan)
 
 
+def _kept(rows: list[dict]) -> float:
+    """The share of the rollouts generated over ``rows`` that were trained on (NaN without the compute ledger)."""
+    gen = [(r["compute/rollouts"], r.get("compute/discarded_rollouts", 0.0)) for r in rows
+           if isinstance(r.get("compute/rollouts"), (int, float))]
+    total = sum(g for g, _ in gen)
+    return (total - sum(d for _, d in gen)) / total if total > 0 else math.nan
+
+
 def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
     """Per method: the run-level means (see the module docstring) pooled over runs; and the bins seen anywhere."""
     out, bins = [], set()
@@ -49,6 +60,7 @@ def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
         row["informative"] = mean_ci([_mean(rows, "difficulty/informative") for rows in per_run])
         q = [_quarters(rows, "difficulty/informative") for rows in per_run]
         row["informative_first"], row["informative_last"] = mean_ci([a for a, _ in q]), mean_ci([b for _, b in q])
+        row["kept"] = mean_ci([_kept(rows) for rows in per_run])
         ratios = [_mean(rows, "difficulty/wse_ratio") for rows in per_run]
         row["wse_ratio"] = mean_ci(ratios)
         row["wse_below_1"] = (sum(r < 1 - 1e-12 for r in ratios if math.isfinite(r)),
@@ -69,7 +81,7 @@ def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
 def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
     """Two tables: the overall mechanism columns per method, then groups with gradient per bin."""
     head = ["Method", "runs", "groups with gradient", "first → last quarter", "WSE ÷ uniform (runs < 1)",
-            "lead–lag Δμ, first → last quarter"]
+            "lead–lag Δμ, first → last quarter", "rollouts trained ÷ generated"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
         below, counted = r["wse_below_1"]
@@ -79,7 +91,8 @@ def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
         lines.append("| " + " | ".join([
             r["name"], str(r["n"]), format_cell(*_pct(r["informative"])),
             f"{format_cell(*_pct(r['informative_first']))} → {format_cell(*_pct(r['informative_last']))}",
-            f"{format_cell(*r['wse_ratio'], digits=3)} ({below}/{counted})", lag]) + " |")
+            f"{format_cell(*r['wse_ratio'], digits=3)} ({below}/{counted})", lag,
+            format_cell(*_pct(r["kept"])) if r["kept"][2] else "–"]) + " |")
     lines += ["", "Groups with gradient per bin (%, steps where the bin was in the batch; bin 0 = hardest):", "",
               "| Method | " + " | ".join(bins) + " |", "|" + "|".join(["---"] + ["---:"] * len(bins)) + "|"]
     for r in rows:

@@ -16,9 +16,13 @@ DISPLAY_NAMES = {
     "uniform+rollout-gdro": "Rollout-GDRO",
     "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
     "uniform+sqrt": "Square-root",
+    "sqrt": "Square-root",  # the labelled rows of scripts/reproduce_toy.py's presets (an arm-range override)
     "oracle-levels+fixed": "Oracle: uniform over levels (control)",
     "uniform+knapsack": "Knapsack RL",
+    "knapsack": "Knapsack RL",
+    "rollout-gdro": "Rollout-GDRO",
     "uniform+rollout-gdro-variance": "Rollout-GDRO (variance signal)",
+    "rollout-gdro-variance": "Rollout-GDRO (variance signal)",
     "uniform+fixed+dynamic": "Dynamic sampling (DAPO)",
     "dynamic": "Dynamic sampling (DAPO)",
     "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
