@@ -74,3 +74,8 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     assert all(f"| {n} | 1 |" in mech for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), mech
     assert len(images) >= 10, text
     assert "skipped informative" not in text and "skipped wse_ratio" not in text
+    # the allocation section: every row against GRPO at equal generated tokens, and its curves
+    comp = next(t for t in tables if "Axis: **generated tokens" in t)
+    assert "levels_7-8" in comp and all(f"| {n} |" in comp for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), comp
+    assert "skipped: the compute comparison" not in text
+    assert len(images) >= 11, text

@@ -49,7 +49,7 @@ def paper_size(runs: list[Run]) -> str:
 def write_table1(runs: list[Run], out: Path) -> Path | None:
     """``table1.md`` from the runs' gdro-eval results (None when no run has one)."""
     rows = {}
-    for _method, rs in _groups(runs).items():
+    for rs in _groups(runs).values():
         records = [r for r in (eval_record(run) for run in rs) if r is not None]
         if not records:
             continue
