@@ -5,6 +5,7 @@ error as one line on stderr with its exit status (:func:`user_errors`, :func:`fa
 from __future__ import annotations
 
 import difflib
+import logging
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -90,6 +91,25 @@ def user_errors() -> Iterator[None]:
         if not is_environment_error(err):
             raise
         fail(err, status=EXIT_IO_ERROR)
+
+
+@contextmanager
+def job_log_files_closed() -> Iterator[None]:
+    """Close and detach, when the command ends, the log files Hydra's job logging attached to the root logger
+    (conf/hydra/job_logging/gdro.yaml: ``<run dir>/<job name>.log``, opened at the first line logged).
+
+    Hydra leaves them in place after its job. A second command in the same process (a notebook, a test, a script
+    that calls ``gdro.cli.train`` twice) would log its first lines, before its own job's logging replaces them, into
+    the previous run's file, and fail on them with that file's "No such file or directory" where the previous run dir
+    has been removed since."""
+    try:
+        yield
+    finally:
+        root = logging.getLogger()
+        for handler in list(root.handlers):
+            if isinstance(handler, logging.FileHandler):
+                root.removeHandler(handler)
+                handler.close()
 
 
 def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None]) -> str:

@@ -30,6 +30,7 @@ from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's s
     EXIT_IO_ERROR,
     UserExit,
     errors_kept,
+    job_log_files_closed,
     planned_run_dir,
     precheck,
     user_errors,
@@ -193,12 +194,13 @@ def train() -> None:
     from gdro.distributed import join_before_hydra
 
     sys.argv += join_before_hydra(sys.argv[1:])  # several processes (torchrun): one run dir, rank 0 writes it
-    try:
-        with user_errors(), _planned_run_dir_lock(cfg):
-            _train()
-    except KeyboardInterrupt:  # a second Ctrl-C while the run's handler was in place, outside fit()
-        _stop_now(None, "by Ctrl-C")
-    _report_sweep()
+    with job_log_files_closed():  # a later command in this process does not log into this run's file
+        try:
+            with user_errors(), _planned_run_dir_lock(cfg):
+                _train()
+        except KeyboardInterrupt:  # a second Ctrl-C while the run's handler was in place, outside fit()
+            _stop_now(None, "by Ctrl-C")
+        _report_sweep()
 
 
 def _main_process() -> bool:

@@ -175,3 +175,22 @@ def test_bad_gdro_report_inputs_are_one_line(finished, tmp_path, monkeypatch, ca
         err = capsys.readouterr().err
         lines = [line for line in err.splitlines() if line.strip() and not line.startswith("gdro-report: left out")]
         assert "Traceback" not in err and code == status and len(lines) == 1 and says in lines[0], (argv, err)
+
+
+def test_a_second_command_in_the_process_does_not_log_into_the_first_runs_file(tmp_path, monkeypatch, capsys):
+    """Hydra leaves its job's log file handler (``<run dir>/cli.log``, opened at the first line) on the root logger;
+    gdro-train detaches it when it ends, so that a second command in the same process (a notebook, a test) neither
+    writes its first lines into the first run's log nor fails on them once that run dir has been removed."""
+    import logging
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    code, lines = _main(cli.train, ["gdro-train", *FAST, f"hydra.run.dir={first}"], monkeypatch, capsys)
+    assert code in (0, None) and (first / "cli.log").is_file(), lines
+    assert not [h for h in logging.getLogger().handlers if isinstance(h, logging.FileHandler)]
+    shutil.copytree(first, second)
+    (second / "gdro.lock").unlink()  # a run dir without its lock file: the lock logs before the job starts
+    shutil.rmtree(first)
+    size = (second / "cli.log").stat().st_size
+    code, lines = _main(cli.train, ["gdro-train", *FAST, f"hydra.run.dir={second}"], monkeypatch, capsys)
+    assert code in (0, None), lines  # finished already: nothing to do
+    assert not first.exists() and (second / "cli.log").stat().st_size > size

@@ -36,7 +36,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gdro.app import CONF_DIR, planned_run_dir, precheck, user_errors
+from gdro.app import CONF_DIR, job_log_files_closed, planned_run_dir, precheck, user_errors
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
 from gdro.data.benchmarks import BENCHMARKS, load_benchmark
 from gdro.data.synthetic import CopyTask
@@ -320,7 +320,8 @@ def main() -> None:
 
         with user_errors():
             check_creatable(planned_run_dir(cfg)[0])
-    _eval()
+    with job_log_files_closed():  # a later command in this process does not log into this one's file
+        _eval()
 
 
 if __name__ == "__main__":
