@@ -191,10 +191,10 @@ class Dist:
     def sync_engine(self, engine, policy: torch.nn.Module) -> None:
         """The engine samples from the updated policy (HF: the policy itself; vLLM: its weights, a LoRA policy's
         merged)."""
-        from gdro.models.lora import has_adapters, merged_state_dict
+        from gdro.models.lora import engine_state, has_adapters
 
         own = getattr(engine, "model", None) is policy
-        engine.sync_weights(StateView(merged_state_dict(policy)) if has_adapters(policy) and not own else policy)
+        engine.sync_weights(StateView(engine_state(policy)) if has_adapters(policy) and not own else policy)
 
     def stop_requested(self, local: bool) -> bool:
         """Whether any process was asked to stop (so that all stop after the same step)."""

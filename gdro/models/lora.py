@@ -150,6 +150,12 @@ def _base_name(name: str) -> str:
     return name.replace(".base_layer.", ".")
 
 
+def engine_state(model: Any) -> dict[str, torch.Tensor]:
+    """The weights an engine that holds its own copy (vLLM, an HF engine of another process) loads from ``model``:
+    a LoRA policy's base weights with its adapters merged in, under the base model's names; else its state dict."""
+    return merged_state_dict(model) if has_adapters(model) else model.state_dict()
+
+
 def merged_state_dict(model: torch.nn.Module, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
     """The base model's state dict (its own names) with every adapter merged in: ``W + (α/r)·B·A``; ``model`` is
     not modified. ``dtype`` casts the floating-point tensors (None: as they are)."""

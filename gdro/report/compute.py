@@ -148,7 +148,8 @@ def compute_comparison(runs: list[Run], key: str, axis: str = "tokens", which: s
     out = []
     for method in sorted(groups, key=_method_rank):
         rs = groups[method]
-        row: dict = {"method": method, "name": display_name(method), "n": len(rs), "generated": [generated(r) for r in rs],
+        row: dict = {"method": method, "name": display_name(method), "n": len(rs),
+                     "generated": [generated(r) for r in rs],
                      "reach": [first_reach(*curve(r, key, axis), info["threshold"]) if info["threshold"] is not None
                                else None for r in rs]}
         pairs = [_pair(r, base[str(r.seed)], key, axis, info["threshold"], which) for r in rs
@@ -176,7 +177,8 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
     head = [f"Axis: **{AXIS_NAMES[axis]}**; key {key}"
             + (f"; threshold = GRPO's final {thr:.2f}" if thr is not None else "; no GRPO run: no threshold") + ".",
             ""]
-    cols = ["Method", "pairs", "k tokens generated per run (mean)", f"{unit} to GRPO's final (mean; reached)", f"Δ {unit} to it",
+    cols = ["Method", "pairs", "k tokens generated per run (mean)", f"{unit} to GRPO's final (mean; reached)",
+            f"Δ {unit} to it",
             f"Δ area (mean {key} over {axis})", f"Δ {key} at equal tokens", f"Δ {key} at equal steps"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:

@@ -162,6 +162,12 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
 
 
 
+def _ordered_groups(runs: list[Run]) -> dict[str, list[Run]]:
+    """The runs per method, methods in the report's order and each method's runs by seed (stable colours and
+    legends across figures)."""
+    return _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+
+
 def fig_compute_curves(runs: list[Run], key: str, threshold: float | None, path) -> bool:
     """The held-out curve ``key`` against generated tokens and against steps, per method the mean over its seeds
     ± 1 s.d. where all its runs are measured, GRPO's final value (the compute table's threshold) dashed."""
@@ -169,7 +175,7 @@ def fig_compute_curves(runs: list[Run], key: str, threshold: float | None, path)
 
     from gdro.report.compute import curve, mean_curve
 
-    groups = _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+    groups = _ordered_groups(runs)
     colors = _colors(list(groups))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     drawn = False
@@ -206,7 +212,7 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
+    groups = _ordered_groups(runs)
     colors = _colors(list(groups))
     made = []
     jobs = [

@@ -186,11 +186,10 @@ class VLLMGenerator:
         ``state_dict()`` (not ``named_parameters()``): with tied embeddings it also holds ``lm_head.weight``, without
         which the CPU backend keeps a stale lm_head.
         """
-        from gdro.models.lora import has_adapters, merged_state_dict
+        from gdro.models.lora import engine_state
 
         self._wake(["weights"])
-        # a LoRA policy (the engine is built from one): its base weights with the adapters merged in, by their names
-        state = merged_state_dict(model) if has_adapters(model) else model.state_dict()
+        state = engine_state(model)  # a LoRA policy (the engine is built from one): the adapters merged in
         # cast one tensor at a time to the engine's dtype (fp32 master weights -> bf16): no full second copy
         weights = ((name, t.detach().to(self.dtype) if t.is_floating_point() else t.detach())
                    for name, t in state.items())
