@@ -93,6 +93,29 @@ ALLOCATION: dict[str, list[str]] = {
     "prompt-gdro": METHODS["prompt-gdro"],
     "oracle": METHODS["oracle"],
 }
+# --preset paper-regime (issue #36): experiment=toy-paper-regime, the paper's any-of-8 bins over a pool that starts
+# mostly in accbin_0 (docs/results.md, "The paper regime (issue #36)": protocol, pilot, table). Rows: GRPO, the
+# label-reading oracle, Prompt-GDRO and Rollout-GDRO as in #31's table, the Rollout-GDRO dual-dynamics variant the
+# pilot chose (VARIANT), Knapsack RL and the field's two per-prompt samplers (learnability = LILO, MoPPS). The same
+# rows run in #31's regime with --preset allocation-36 (the rows #31 measured with unchanged code are reused there).
+# Pilot rows (--preset paper-regime-variants, seeds 100-101, never in the table): the dual-dynamics options of
+# Rollout-GDRO (issue #36 item 4).
+VARIANTS: dict[str, list[str]] = {
+    "rgdro-rest": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.mu_target=rest"],
+    "rgdro-per-prompt": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.joint=per_prompt"],
+    "rgdro-rest-per-prompt": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.mu_target=rest",
+                              "allocator.joint=per_prompt"],
+    "rgdro-frozen": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.consumption=realized"],
+    "rgdro-symmetric": ["sampler=uniform", "allocator=rollout-gdro", "allocator.n_max=6"],
+}
+VARIANT = "rgdro-rest"  # the pilot's choice (docs/results.md); set before any table row ran
+PAPER_REGIME: dict[str, list[str]] = {
+    **{m: ALLOCATION[m] for m in ("grpo", "oracle", "prompt-gdro", "rollout-gdro")},
+    VARIANT: VARIANTS[VARIANT],
+    "knapsack": ALLOCATION["knapsack"],
+    "learnability": ["sampler=learnability", "allocator=fixed"],
+    "mopps": ["sampler=mopps", "allocator=fixed"],
+}
 PRESETS: dict[str, dict] = {
     "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
     "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150,
@@ -106,6 +129,18 @@ PRESETS: dict[str, dict] = {
     "allocation": {"methods": ALLOCATION, "base": ["experiment=toy-curriculum", "rollouts_per_prompt=4"], "steps": 250,
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation",
                    "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
+    "paper-regime": {"methods": PAPER_REGIME, "extra": VARIANTS, "base": ["experiment=toy-paper-regime"], "steps": 150,
+                     "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/paper-regime",
+                     "report": ["--tail-levels", "7-12", "--axis", "tokens"]},
+    "paper-regime-variants": {"methods": {"grpo": ALLOCATION["grpo"], **VARIANTS},
+                              "base": ["experiment=toy-paper-regime"], "steps": 150, "seeds": [100, 101],
+                              "out": "outputs/paper-regime-pilot", "report": ["--tail-levels", "7-12", "--axis", "tokens"]},
+    # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
+    # the rows #31 did not have; #31's other rows are reused (unchanged code)
+    "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},
+                      "base": ["experiment=toy-curriculum", "rollouts_per_prompt=4"], "steps": 250,
+                      "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation-36",
+                      "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
 }
 
 

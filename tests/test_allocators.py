@@ -249,3 +249,64 @@ def test_the_variance_option_takes_only_variance_signals():
     assert RolloutGDROVariance().signal == "frontier"
     with pytest.raises(ValueError, match="signal must be frontier | informative"):
         RolloutGDROVariance(signal="failure_rate")
+
+
+# ------------------------------------------------------------------ dual dynamics options (issue #36)
+def test_rest_consumption_is_the_arm_grid_mean():
+    assert RolloutGDRO(n_min=2, n_max=12).rest_consumption() == pytest.approx(7.0)
+    assert RolloutGDRO(n_min=2, n_max=6).rest_consumption() == pytest.approx(4.0)  # a grid symmetric around n̄ = 4
+
+
+def test_mu_target_rest_measures_consumption_against_the_rest_mean_by_hand():
+    """Equal scores: the arm distributions ask for 7 (the grid's mean) at n̄ = 4. Eq. 21 against n̄ moves μ by
+    α(7 − 4); against the rest mean μ stays where it is."""
+    bins = np.zeros(8, dtype=np.int64)
+    for target, expected_mu in (("budget", 0.1 * (7.0 - 4.0)), ("rest", 0.0)):
+        alloc = RolloutGDRO(n_min=2, n_max=12, alpha_mu=0.1, score_update="official", signal="pg_loss",
+                            mu_target=target)
+        _step(alloc, bins, 4, {0: 0.5}, np.random.default_rng(0), signal=lambda g, b: np.zeros(len(g)))
+        assert alloc.metrics()["gdro/consumption"] == pytest.approx(7.0)
+        assert alloc.mu == pytest.approx(expected_mu)
+
+
+def test_joint_per_prompt_weights_each_bins_log_prob_by_its_prompt_count_by_hand():
+    """Two bins of 2 and 4 prompts, budget 4 × 6 = 24, arms 2..6: 2 n0 + 4 n1 = 24 holds for (2, 5), (4, 4) and
+    (6, 3). Bin 0 prefers n = 6, bin 1 n = 4 (hand-set scores). Eq. 19 per bin maximises log p0 + log p1 over the
+    three; per prompt, 2 log p0 + 4 log p1. Enumerated here and compared with the allocator's DP."""
+    s0 = np.array([0.0, 0.0, 0.0, 0.0, 5.0])  # p0(6) = 0.86: a stronger preference than bin 1's
+    s1 = np.array([0.0, 0.0, 3.0, 0.0, 0.0])  # p1(4) = 0.63
+    bins = np.array([0, 0, 1, 1, 1, 1])
+    feasible = [(2, 5), (4, 4), (6, 3)]
+    chosen = {}
+    for joint, (w0, w1) in (("per_bin", (1, 1)), ("per_prompt", (2, 4))):
+        alloc = RolloutGDRO(n_min=2, n_max=6, joint=joint)
+        alloc.scores = {0: s0.copy(), 1: s1.copy()}
+        lp0, lp1 = np.log(alloc.arm_probs(0)), np.log(alloc.arm_probs(1))
+        best = max(feasible, key=lambda c: w0 * lp0[c[0] - 2] + w1 * lp1[c[1] - 2])
+        n = alloc.allocate(np.arange(6), bins, 4, None)
+        chosen[joint] = (int(n[0]), int(n[2]))
+        assert chosen[joint] == best
+    assert chosen == {"per_bin": (6, 3), "per_prompt": (4, 4)}  # the big bin keeps its arm once it counts 4 times
+
+
+def test_joint_per_prompt_moves_the_surplus_off_the_largest_bin():
+    """Both bins' arm distributions prefer small arms (μ high), the budget forces a surplus somewhere. per_bin puts it
+    on the bin where one log-prob costs least, the largest bin (its many prompts absorb the rollouts); per_prompt
+    charges that bin once per prompt and spreads it on the small bin instead."""
+    arms = np.arange(2, 13)
+    pref_small = np.linspace(3.0, 0.0, len(arms))  # every bin prefers n = 2, equally
+    bins = np.array([0] * 2 + [1] * 14)
+    n = {}
+    for joint in ("per_bin", "per_prompt"):
+        alloc = RolloutGDRO(n_min=2, n_max=12, joint=joint)
+        alloc.scores = {0: pref_small.copy(), 1: pref_small.copy()}
+        n[joint] = alloc.allocate(np.arange(16), bins, 4, None)
+        assert n[joint].sum() == 64
+    assert n["per_bin"][-1] > n["per_prompt"][-1]  # the large bin gets more rollouts per prompt under per_bin
+    assert n["per_prompt"][0] > n["per_bin"][0]
+
+
+@pytest.mark.parametrize(("kwargs", "key"), [({"mu_target": "n_bar"}, "mu_target"), ({"joint": "both"}, "joint")])
+def test_dual_dynamics_options_name_the_key(kwargs, key):
+    with pytest.raises(ValueError, match=key):
+        RolloutGDRO(**kwargs)

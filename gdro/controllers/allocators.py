@@ -23,6 +23,9 @@ from gdro.controllers.budget import check_budget_feasible, exact_budget_select, 
 from gdro.controllers.knapsack import knapsack_allocate, rollout_value
 from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 
+MU_TARGETS = ("budget", "rest")  # what Rollout-GDRO's shadow price measures consumption against (Eq. 21)
+JOINTS = ("per_bin", "per_prompt")  # how Eq. 19's DP weighs each bin's arm log-probability
+
 
 class FixedAllocator:
     """Every prompt gets n̄ rollouts (GRPO's group size)."""
@@ -139,24 +142,39 @@ class RolloutGDRO(_BinAllocator):
         score moves by an EMA (rate ``beta_ema``, Appendix A "arm score EMA decay 0.4") toward −L_b(n_b).
     ``consumption`` (what μ sees, Eq. 21): ``expected`` — Σ_b q̂_b E_{p_b}[n], the budget the arm distributions
     ask for before the exact projection (default; it differs from n̄, so μ steers), or ``realized`` — the
-    projected allocation (the released code; always n̄, so μ never moves).
+    projected allocation (the released code; always n̄, so μ never moves: μ frozen at ``mu_init``).
+
+    Dual dynamics (issue #36; defaults are the paper's Eq. 19 and 21, unchanged):
+      - ``mu_target``: what μ's consumption is measured against. ``budget`` (Eq. 21): n̄. ``rest``: what the arm
+        distributions ask for at rest (every score equal: the γ-mixed uniform over the arms, the grid's mean
+        (n_min + n_max) / 2 — 7 for [2, 12] — not n̄ = 4 when the grid is lopsided around n̄). With ``budget`` and a
+        lopsided grid μ climbs until every bin prefers small arms; with ``rest`` μ centres the bins' preferences
+        (some above their rest mean, some below) and the exact projection alone meets the budget.
+      - ``joint``: how Eq. 19's DP weighs the bins' log-probabilities. ``per_bin`` (the paper and the released
+        code): each bin's log p_b(n_b) once, so the budget's surplus or deficit lands where one bin's log-prob
+        costs least, in practice the bin with the most prompts. ``per_prompt``: each bin's log-prob times its
+        prompt count (the joint probability of every prompt's arm, as if each prompt drew its own).
     """
 
     def __init__(self, n_min: int = 2, n_max: int = 24, eta: float = 0.65, gamma: float = 0.01,
                  alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
-                 consumption: str = "expected", signal: str = "failure_rate"):
+                 consumption: str = "expected", signal: str = "failure_rate", mu_target: str = "budget",
+                 joint: str = "per_bin"):
         super().__init__(n_min, n_max)
         checks = [("eta", eta > 0, "must be > 0"), ("gamma", 0 < gamma <= 1, "must be in (0, 1]"),
                   ("alpha_mu", alpha_mu >= 0, "must be >= 0"), ("beta_ema", 0 < beta_ema <= 1, "must be in (0, 1]"),
                   ("score_update", score_update in ("lagrangian", "official", "paper"),
                    "must be lagrangian | official | paper"),
                   ("consumption", consumption in ("expected", "realized"), "must be expected | realized"),
-                  ("signal", signal in SIGNALS, f"must be one of {SIGNALS}")]
+                  ("signal", signal in SIGNALS, f"must be one of {SIGNALS}"),
+                  ("mu_target", mu_target in MU_TARGETS, f"must be one of {MU_TARGETS}"),
+                  ("joint", joint in JOINTS, f"must be one of {JOINTS}")]
         for key, ok, why in checks:
             if not ok:
                 raise ValueError(f"{key} {why}, got {locals()[key]!r}")
         self.eta, self.gamma, self.alpha_mu, self.beta_ema = eta, gamma, alpha_mu, beta_ema
         self.score_update, self.consumption, self.signal = score_update, consumption, signal
+        self.mu_target, self.joint = mu_target, joint
         self.mu = float(mu_init)
         self.scores: dict[int, np.ndarray] = {}
 
@@ -167,14 +185,20 @@ class RolloutGDRO(_BinAllocator):
             s = np.zeros(len(self.arms))
         return mixed_distribution(s, self.eta, self.gamma)
 
+    def rest_consumption(self) -> float:
+        """E[n] under the arm distribution at rest (all scores equal): the mean of the arm grid."""
+        return float(mixed_distribution(np.zeros(len(self.arms)), self.eta, self.gamma) @ self.arms)
+
     def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
                  classifier: DifficultyClassifier | None = None) -> np.ndarray:
         """One arm per bin present (ids and per-prompt history unused: the arms are per bin)."""
         bins, budget = self._step_budget(bins, n_bar)
         uniq, inverse, counts = self._present(bins)
         probs = np.stack([self.arm_probs(b) for b in uniq])
-        # Eq. 19: maximise the joint arm probability under the exact budget (each bin's log-prob once)
-        n_b = exact_budget_select(np.log(probs), counts, self.arms, budget, prefer=self.n_bar)
+        # Eq. 19: maximise the joint arm probability under the exact budget (each bin's log-prob once, or once per
+        # prompt with joint=per_prompt)
+        logp = np.log(probs) if self.joint == "per_bin" else np.log(probs) * counts[:, None]
+        n_b = exact_budget_select(logp, counts, self.arms, budget, prefer=self.n_bar)
         self._record(uniq, counts, n_b)
         self._last["expected"] = float((counts / counts.sum()) @ (probs @ self.arms))
         return n_b[inverse]
@@ -199,7 +223,8 @@ class RolloutGDRO(_BinAllocator):
                 s[a] = (1 - self.beta_ema) * s[a] + self.beta_ema * -(loss + self.mu * n)
         realised = float((self._last["counts"] * n_b).sum() / self._last["counts"].sum())
         consumed = self._last["expected"] if self.consumption == "expected" else realised
-        self.mu = self.mu + self.alpha_mu * (consumed - self.n_bar)  # Eq. 21 (dual ascent on the budget)
+        target = self.n_bar if self.mu_target == "budget" else self.rest_consumption()
+        self.mu = self.mu + self.alpha_mu * (consumed - target)  # Eq. 21 (dual ascent on the budget)
         self._last["consumed"] = consumed
         self._last["acc"] = self._bin_mean(feedback.correct, group_index, bins)
 
@@ -226,10 +251,12 @@ class RolloutGDROVariance(RolloutGDRO):
 
     def __init__(self, n_min: int = 2, n_max: int = 24, eta: float = 0.65, gamma: float = 0.01,
                  alpha_mu: float = 0.05, mu_init: float = 0.0, beta_ema: float = 0.4, score_update: str = "lagrangian",
-                 consumption: str = "expected", signal: str = "frontier"):
+                 consumption: str = "expected", signal: str = "frontier", mu_target: str = "budget",
+                 joint: str = "per_bin"):
         if signal not in ("frontier", "informative"):
             raise ValueError(f"signal must be frontier | informative (a variance signal), got {signal!r}")
-        super().__init__(n_min, n_max, eta, gamma, alpha_mu, mu_init, beta_ema, score_update, consumption, signal)
+        super().__init__(n_min, n_max, eta, gamma, alpha_mu, mu_init, beta_ema, score_update, consumption, signal,
+                         mu_target, joint)
 
 
 class SqrtAllocator(_BinAllocator):
