@@ -156,9 +156,10 @@ class Trainer:
         with clock("controller_s"):
             # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
             #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal.
-            #    Groups a filter dropped are the classifier's history too.
+            #    Groups a filter dropped are history too: the classifier's, and a sampler's that keeps its own (record)
             if (dropped := c.discarded()) is not None:
-                self.classifier.record(dropped.ids, dropped.n_correct, dropped.n)
+                for part in (self.classifier, self.sampler):
+                    getattr(part, "record", lambda *_: None)(dropped.ids, dropped.n_correct, dropped.n)
             feedback = StepFeedback(ids=d.ids, bins=d.bins, n=d.n, group_index=d.roll.group_index, correct=d.scored.correct,
                                     pg_loss=losses.pg / mult, kl=losses.kl, beta_kl=loss.beta_kl)
             for part in self.controllers:

@@ -102,6 +102,11 @@ class PreRolloutSkip:
     def loss_weights(self, bins: np.ndarray, group_index: np.ndarray) -> np.ndarray:
         return self.inner.loss_weights(bins, group_index)
 
+    def record(self, ids: np.ndarray, correct: np.ndarray, total: np.ndarray) -> None:
+        """Groups generated but not trained on (a filter dropped them), for an inner sampler that keeps per-prompt
+        history (``record``, e.g. sampler=learnability | mopps); others ignore them."""
+        getattr(self.inner, "record", lambda *_: None)(ids, correct, total)
+
     def update(self, feedback: StepFeedback) -> None:
         """The inner sampler's update; with ``adapt``, keep_base steps toward the target zero-variance share."""
         self.inner.update(feedback)
