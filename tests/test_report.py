@@ -170,8 +170,7 @@ def _is_png(p: Path) -> bool:
 def test_figures(sweep: Path, tmp_path: Path):
     out = tmp_path / "figs"
     made = make_figures(find_runs(sweep), out)
-    names = {"eval_curves.png", "bin_share_heatmap.png", "weights_heatmap.png", "rollouts_heatmap.png",
-             "lead_lag.png", "wse.png"}
+    names = {"eval_curves.png", "bin_share_heatmap.png", "weights_heatmap.png", "rollouts_heatmap.png", "wse.png"}
     assert {p.name for p in made} == names
     assert all(_is_png(out / n) for n in names)
 

@@ -39,10 +39,17 @@ the area under the curve, and the value at equal tokens and at equal steps, pair
 axis (gdro/report/compute.py).
 
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
-``weights_heatmap.png``, ``rollouts_heatmap.png``, ``lead_lag.png``, ``wse.png``, ``mean_bin.png``.
+``weights_heatmap.png``, ``rollouts_heatmap.png``, ``wse.png``, ``mean_bin.png``, ``informative.png``,
+``informative_heatmap.png``, ``wse_ratio_batch.png`` (the batch's own per-step σ, not Eq. 33).
+
+The paper's mechanism figures (``paper_mechanism.md``, gdro/report/paper_figures.py; §7.4 of the paper, with its
+definitions): ``wse_ratio.png`` (Eq. 33 with an offline σ̂_b, Fig. 6 right), ``budget_vs_data_<method>.png`` (Fig. 7),
+``budget_snapshots.png`` (Fig. 9), ``macro_dynamics.png`` (Figs. 4 and 8), ``lead_lag.png`` (Eq. 32, Fig. 6 left);
+a figure whose keys no run logs is named on stderr and in the markdown.
 
 The package: ``runs`` (reading run dirs, completeness, names), ``table`` (the results table), ``paired`` (the
-paired table and the hard tail), ``figures``; this module is the ``gdro-report`` command and re-exports their names.
+paired table and the hard tail), ``figures``, ``paper_figures`` / ``paper_plots``; this module is the
+``gdro-report`` command and re-exports their names.
 """
 
 from __future__ import annotations
@@ -72,6 +79,7 @@ from gdro.report.paired import (
     steps_to,
     tail_name,
 )
+from gdro.report.paper_figures import write_paper_figures
 from gdro.report.runs import (
     BASELINE,
     DISPLAY_NAMES,
@@ -154,6 +162,23 @@ def _parser() -> _Parser:
     return ap
 
 
+def _write_mechanism(runs: list[Run], out: Path, figs: list[Path]) -> tuple[Path | None, str, Path | None]:
+    """mechanism.md (and its text) and the paper's mechanism figures (paper_mechanism.md; their PNGs appended to
+    ``figs``, the ones skipped named on stderr)."""
+    mech_rows, mech_bins = mechanism_rows(runs)
+    mech_md, mech_text = None, ""
+    if mech_rows:
+        mech_md = out / "mechanism.md"
+        mech_text = mechanism_markdown(mech_rows, mech_bins)
+        mech_md.write_text("Mechanism columns over each run's training steps after the unseen phase; mean ± 95% CI "
+                           "over runs (gdro/report/mechanism.py).\n\n" + mech_text, encoding="utf-8")
+    paper_md, paper_figs, paper_skipped = write_paper_figures(runs, out)  # the paper's §7.4 figures
+    figs += paper_figs
+    for line in paper_skipped:
+        print(f"gdro-report: paper figures: {line}", file=sys.stderr)
+    return mech_md, mech_text, paper_md
+
+
 def _main(argv: list[str] | None) -> int:
     from gdro.run.ioerrors import check_creatable
 
@@ -207,13 +232,7 @@ def _main(argv: list[str] | None) -> int:
         compute = write_compute(runs, out, curve_key, args.axis, args.which) if curve_key else None
         if compute is not None and fig_compute_curves(runs, curve_key, compute[2], out / "compute_curves.png"):
             figs.append(out / "compute_curves.png")
-    mech_rows, mech_bins = mechanism_rows(runs)
-    mech_md = None
-    if mech_rows:
-        mech_md = out / "mechanism.md"
-        mech_text = mechanism_markdown(mech_rows, mech_bins)
-        mech_md.write_text("Mechanism columns over each run's training steps after the unseen phase; mean ± 95% CI "
-                           "over runs (gdro/report/mechanism.py).\n\n" + mech_text, encoding="utf-8")
+    mech_md, mech_text, paper_md = _write_mechanism(runs, out, figs)
     n_left = sum(line.startswith("left out") for line in lines)
     print(f"{len(runs)} runs, {len(rows)} methods ({args.which} eval row)"
           + (f"; {n_left} run dirs left out (listed above and in {md.name})" if n_left else "") + "\n")
@@ -227,7 +246,8 @@ def _main(argv: list[str] | None) -> int:
     table1 = write_table1(runs, out)  # from gdro-eval results kept in the run dirs (<run>/eval/eval.json)
     if table1 is not None:
         print(table1.read_text(encoding="utf-8"))
-    written = [md, csv_path, *([paired_md] if paired_md else []), *([compute[0]] if compute else []), *([mech_md] if mech_md else []), *([table1] if table1 else []), *figs]
+    written = [md, csv_path, *([paired_md] if paired_md else []), *([compute[0]] if compute else []),
+               *([mech_md] if mech_md else []), *([paper_md] if paper_md else []), *([table1] if table1 else []), *figs]
     print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
     if args.wandb:
         print(f"logged the report to the sweep's W&B group: {log_to_wandb(args.sweep_dir, out, runs, written)}")

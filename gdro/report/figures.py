@@ -1,5 +1,6 @@
-"""Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, lead-lag, WSE, mean bin, and the
-mechanism curves (groups with gradient overall and per bin, the realised weighted SE against uniform)."""
+"""Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, WSE, mean bin, and the mechanism
+curves (groups with gradient overall and per bin, the realised weighted SE against uniform). The paper's mechanism
+figures (lead-lag, Eq. 33's WSE ratio, budget against data share) are gdro/report/paper_figures.py's."""
 
 from __future__ import annotations
 
@@ -32,10 +33,17 @@ def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 def _over_seeds(runs: list[Run], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps, mean over runs and s.d. over runs (0 where only one run has the step)."""
+    return _pool_by_step(_series(run, key) for run in runs)
+
+
+def _pool_by_step(series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(steps, values) pairs, one per run, pooled: steps, mean over runs and s.d. over runs (0 where only one run
+    has the step); non-finite values left out."""
     by_step: dict[float, list[float]] = {}
-    for run in runs:
-        for s, v in zip(*_series(run, key)):
-            by_step.setdefault(s, []).append(v)
+    for steps, vals in series:
+        for s, v in zip(steps, vals):
+            if np.isfinite(v):
+                by_step.setdefault(float(s), []).append(float(v))
     steps = np.asarray(sorted(by_step))
     mean = np.asarray([np.mean(by_step[s]) for s in steps])
     sd = np.asarray([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
@@ -226,8 +234,6 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
                                               "difficulty/batch_mean_bin: the batch's mean pass-rate bin", p)),
         ("weights_heatmap.png", lambda p: _fig_heatmap(runs, groups, "weight", "GDRO weight", p)),
         ("rollouts_heatmap.png", lambda p: _fig_heatmap(runs, groups, "rollouts", "rollouts per prompt", p)),
-        ("lead_lag.png", lambda p: _fig_lines(groups, colors, [("gdro/lead_lag", "-")], "lead-lag",
-                                              "gdro/lead_lag (mean over seeds; bold = moving average)", p)),
         ("wse.png", lambda p: _fig_lines(groups, colors, [("gdro/wse", "-"), ("gdro/wse_uniform", "--")], "WSE",
                                          "gdro/wse (solid) vs gdro/wse_uniform (dashed)", p)),
         # the mechanism columns (gdro/report/mechanism.py), per step, every row
@@ -236,9 +242,10 @@ def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
                                                  "difficulty/informative: groups neither all correct nor all wrong", p)),
         ("informative_heatmap.png", lambda p: _fig_heatmap(runs, groups, "difficulty/informative/",
                                                            "share of the bin's groups with gradient", p)),
-        ("wse_ratio.png", lambda p: _fig_lines(groups, colors, [("difficulty/wse_ratio", "-")], "WSE / uniform",
-                                               "difficulty/wse_ratio: the batch's weighted SE as allocated / at its "
-                                               "mean group size", p)),
+        # the batch's own sigma per step, not Eq. 33's offline one (the paper's: wse_ratio.png, paper_figures.py)
+        ("wse_ratio_batch.png", lambda p: _fig_lines(groups, colors, [("difficulty/wse_ratio", "-")],
+                                                     "WSE / uniform", "difficulty/wse_ratio: the batch's weighted SE "
+                                                     "(its own per-step sigma) / at its mean group size", p)),
     ]
     for name, job in jobs:
         if job(out_dir / name):

@@ -1,0 +1,180 @@
+"""Sweep report, the plots of the paper's mechanism figures (definitions: gdro/report/paper_figures.py):
+``wse_ratio.png`` (Fig. 6 right), ``budget_vs_data_<method>.png`` (Fig. 7), ``budget_snapshots.png`` (Fig. 9),
+``macro_dynamics.png`` (Figs. 4 and 8) and ``lead_lag.png`` (Fig. 6 left)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from gdro.report.figures import _colors, _ordered_groups, _over_seeds, _pool_by_step, _save, _style_line_axes
+from gdro.report.paper_figures import (
+    BUDGET_BIN,
+    MASS_BINS,
+    Sweep,
+    mass_at_least,
+    mean_bin,
+    pooled,
+    snapshot_steps,
+    wse_ratio,
+)
+from gdro.report.runs import Run, display_name
+
+
+def _band(ax, series, color, label: str, ls: str = "-") -> bool:
+    """Mean over seeds ± 1 s.d. of (steps, values) pairs; False when nothing is finite."""
+    steps, mean, sd = _pool_by_step(series)
+    if not len(steps):
+        return False
+    ax.plot(steps, mean, color=color, ls=ls, lw=1.4, label=label)
+    ax.fill_between(steps, mean - sd, mean + sd, color=color, alpha=0.15, lw=0)
+    return True
+
+
+def fig_wse(sw: Sweep, colors, path) -> bool:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4))
+    drawn = False
+    for m, ts in sw.groups.items():
+        drawn |= _band(ax, sw.series(m, lambda t: wse_ratio(t, sw.sigma)), colors[m],
+                       f"{display_name(m)} (n={len(ts)})")
+    if not drawn:
+        plt.close(fig)
+        return False
+    ax.axhline(1.0, color="k", ls="--", lw=0.8, label="uniform n̄")
+    _style_line_axes(ax, "WSE ÷ uniform", "Weighted-SE proxy (Eq. 33, offline σ̂_b): mean over seeds ± 1 s.d.")
+    return _save(fig, path)
+
+
+def _arm_range(ts, n: np.ndarray) -> tuple[float, float]:
+    alloc = ts[0].run.config.get("allocator") if isinstance(ts[0].run.config.get("allocator"), dict) else {}
+    lo, hi = alloc.get("n_min"), alloc.get("n_max")
+    if isinstance(lo, (int, float)) and isinstance(hi, (int, float)) and hi > lo:
+        return float(lo), float(hi)
+    finite = n[np.isfinite(n)]
+    return (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
+
+
+def fig_budget_vs_data(sw: Sweep, method: str, path) -> bool:
+    """Fig. 7: data share (left) and rollouts per prompt (right), bins × steps, mean over the method's seeds."""
+    import matplotlib.pyplot as plt
+
+    ts = sw.groups[method]
+    steps, q = pooled(ts, "q")
+    _, n = pooled(ts, "n")
+    if not len(steps):
+        return False
+    fig, axes = plt.subplots(1, 2, figsize=(13, 0.8 + 0.32 * len(sw.bins) + 1.5), sharey=True)
+    extent = (steps[0] - 0.5, steps[-1] + 0.5, len(sw.bins) - 0.5, -0.5)
+    lo, hi = _arm_range(ts, n)
+    for ax, mat, title, kw in ((axes[0], q, "data share q_t(b)", {}),
+                               (axes[1], n, "rollouts per prompt n_b(t)", {"vmin": lo, "vmax": hi})):
+        im = ax.imshow(np.ma.masked_invalid(mat.T), aspect="auto", interpolation="nearest", cmap="viridis",
+                       extent=extent, **kw)
+        ax.set(title=title, xlabel="step")
+        fig.colorbar(im, ax=ax, pad=0.01)
+    axes[0].set_yticks(range(len(sw.bins)))
+    axes[0].set_yticklabels(sw.bins, fontsize=8)
+    axes[0].set_ylabel("bin (0 = hardest)")
+    fig.suptitle(f"{display_name(method)}: data share vs rollouts per prompt (mean over {len(ts)} seeds)", fontsize=10)
+    return _save(fig, path)
+
+
+def fig_snapshots(sw: Sweep, path) -> bool:
+    """Fig. 9: per method (rows) and snapshot (columns), data share vs budget share per bin, bars."""
+    import matplotlib.pyplot as plt
+
+    methods = sw.allocating()
+    if not methods:
+        return False
+    fig, axes = plt.subplots(len(methods), 4, figsize=(15, 0.6 + 2.4 * len(methods)), squeeze=False, sharey=True)
+    x = np.arange(len(sw.bins))
+    for row, m in zip(axes, methods):
+        steps, q = pooled(sw.groups[m], "q")
+        _, s = pooled(sw.groups[m], "budget")
+        for ax, (name, step) in zip(row, snapshot_steps(steps)):
+            i = int(np.searchsorted(steps, step))
+            ax.bar(x - 0.2, np.nan_to_num(q[i]), 0.4, label="data share", color="tab:blue")
+            ax.bar(x + 0.2, np.nan_to_num(s[i]), 0.4, label="budget share", color="tab:orange")
+            ax.set_title(f"{display_name(m)}: {name} (step {step:g})", fontsize=9)
+            ax.set_xticks(x)
+            ax.set_xticklabels(sw.bins, fontsize=7)
+            ax.grid(alpha=0.3, axis="y")
+    axes[0, 0].legend(fontsize=8)
+    for ax in axes[-1]:
+        ax.set_xlabel("bin (0 = hardest)")
+    return _save(fig, path)
+
+
+def fig_macro(sw: Sweep, colors, path) -> bool:
+    """Figs. 4 / 8: mean bin index; share of the batch in bins ≥ 3 / ≥ 8; budget share of bins ≥ 8."""
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
+    drawn = False
+    for m, ts in sw.groups.items():
+        name = f"{display_name(m)} (n={len(ts)})"
+        drawn |= _band(axes[0], sw.series(m, mean_bin), colors[m], name)
+        for k, ls in zip(MASS_BINS, ("-", "--")):  # one legend entry per method: solid ≥ 3, dashed ≥ 8
+            _band(axes[1], sw.series(m, lambda t, k=k: mass_at_least(t, k)), colors[m],
+                  name if ls == "-" else "_nolegend_", ls)
+        _band(axes[2], sw.series(m, lambda t: mass_at_least(t, BUDGET_BIN, budget=True)), colors[m], name)
+    if not drawn:
+        plt.close(fig)
+        return False
+    _style_line_axes(axes[0], "mean bin index", "mean pass-rate bin of the batch (unseen bin left out)")
+    _style_line_axes(axes[1], "share of the batch",
+                     f"share of the batch in bins ≥ {MASS_BINS[0]} (solid) and ≥ {MASS_BINS[1]} (dashed)")
+    _style_line_axes(axes[2], "budget share", f"budget share of bins ≥ {BUDGET_BIN}")
+    for ax in axes[:2]:
+        ax.set_xlabel("")
+    return _save(fig, path)
+
+
+def fig_lead_lag(runs: list[Run], colors, path) -> bool:
+    """Fig. 6 left: ``gdro/lead_lag`` (Eq. 32) per Prompt-GDRO method, mean over seeds ± 1 s.d."""
+    import matplotlib.pyplot as plt
+
+    groups = {m: [r for r in rs if r.has("gdro/lead_lag")] for m, rs in _ordered_groups(runs).items()}
+    groups = {m: rs for m, rs in groups.items() if rs}
+    if not groups:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 4))
+    for m, rs in groups.items():
+        steps, mean, sd = _over_seeds(rs, "gdro/lead_lag")
+        ax.plot(steps, mean, color=colors[m], lw=1.4, label=f"{display_name(m)} (n={len(rs)})")
+        ax.fill_between(steps, mean - sd, mean + sd, color=colors[m], alpha=0.15, lw=0)
+    ax.axhline(0.0, color="k", ls="--", lw=0.8)
+    _style_line_axes(ax, "Δμ = μ_weight − μ_data", "Lead–lag Δμ (Eq. 32): mean over seeds ± 1 s.d.")
+    return _save(fig, path)
+
+
+def method_file(method: str) -> str:
+    return "budget_vs_data_" + re.sub(r"[^A-Za-z0-9._-]+", "_", method) + ".png"
+
+
+def make_paper_plots(runs: list[Run], sw: Sweep, out_dir: Path) -> tuple[list[Path], list[str]]:
+    """The PNGs whose keys some run logs, and one line per figure skipped."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    colors = _colors(list(_ordered_groups(runs)))
+    none = "no run logs difficulty/batch/<bin> (or gdro/share/<bin>)"
+    same = "no method gives some bins more rollouts per prompt than others (budget share = data share)"
+    jobs = [("wse_ratio.png", lambda p: fig_wse(sw, colors, p), none),
+            *[(method_file(m), lambda p, m=m: fig_budget_vs_data(sw, m, p), none) for m in sw.allocating()],
+            ("budget_snapshots.png", lambda p: fig_snapshots(sw, p), none if not sw.groups else same),
+            ("macro_dynamics.png", lambda p: fig_macro(sw, colors, p), none),
+            ("lead_lag.png", lambda p: fig_lead_lag(runs, colors, p), "no run logs gdro/lead_lag (Prompt-GDRO)")]
+    made, skipped = [], []
+    for name, job, why in jobs:
+        if job(out_dir / name):
+            made.append(out_dir / name)
+        else:
+            skipped.append(f"skipped {name}: {why}")
+    if not sw.allocating():
+        skipped.insert(1, "skipped budget_vs_data_<method>.png: " + (none if not sw.groups else same))
+    return made, skipped
