@@ -107,6 +107,11 @@ VARIANTS: dict[str, list[str]] = {
                               "allocator.joint=per_prompt"],
     "rgdro-frozen": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.consumption=realized"],
     "rgdro-symmetric": ["sampler=uniform", "allocator=rollout-gdro", "allocator.n_max=6"],
+    # added by the protocol's amendment (docs/results.md), before its runs
+    "rgdro-variance-rest": ["sampler=uniform", "allocator=rollout-gdro-variance", *N_MAX_A, "allocator.mu_target=rest"],
+    # the paper preset's arm scores (official, pg_loss): GRPO on this toy (one mini-batch: pg_loss is 0 per prompt)
+    "rgdro-paper-preset": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.score_update=official",
+                           "allocator.signal=pg_loss"],
 }
 VARIANT = "rgdro-rest"  # the pilot's choice (docs/results.md); set before any table row ran
 PAPER_REGIME: dict[str, list[str]] = {
