@@ -79,3 +79,11 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     assert "levels_7-8" in comp and all(f"| {n} |" in comp for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), comp
     assert "skipped: the compute comparison" not in text
     assert len(images) >= 11, text
+    # the paper's mechanism figures (gdro/report/paper_figures.py): paper_mechanism.md, every row in its WSE table
+    # (Eq. 33 with the offline sigma), and at least the WSE ratio and the macro dynamics (Figs. 4, 8); Figs. 7 / 9
+    # need an allocation that differs between bins and the lead-lag two pass-rate bins, which 3 steps may not give
+    paper = next(t for t in tables if "Weighted-SE proxy (Eq. 33" in t)
+    assert all(f"| {n} | 1 |" in paper for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), paper
+    assert "| 0 |" in paper and "High bins: pass-rate lower edge ≥ 0.5" in paper, paper
+    assert "skipped wse_ratio.png" not in text and "skipped macro_dynamics.png" not in text, text
+    assert len(images) >= 13, text

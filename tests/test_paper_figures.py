@@ -55,9 +55,9 @@ def sweep(tmp_path: Path) -> Path:
                                            "compute/rollouts_per_prompt/0": 4.0,
                                            "compute/rollouts_per_prompt/1": 4.0}), cls)
     d = make_run(root, "rg/0", "uniform", "rollout-gdro", 0, 80.0, steps=STEPS)
-    _rewrite(d, lambda r, s: r.update({f"difficulty/batch/{b}": q for b, q in zip(("0", "1", "unseen"), _q(s))}
-                                      | {f"compute/rollouts_per_prompt/{b}": n for b, n in zip(("0", "1", "unseen"), N)}),
-             cls)
+    labels = ("0", "1", "unseen")
+    _rewrite(d, lambda r, s: r.update({f"difficulty/batch/{b}": q for b, q in zip(labels, _q(s))}
+                                      | {f"compute/rollouts_per_prompt/{b}": n for b, n in zip(labels, N)}), cls)
     for seed, (q0, acc0) in enumerate(((0.5, 0.2), (0.25, 0.5))):
         d = make_run(root, f"pg/{seed}", "prompt-gdro", "fixed", seed, 80.0, steps=STEPS)
         _rewrite(d, lambda r, s, q0=q0, acc0=acc0, seed=seed: r.update({

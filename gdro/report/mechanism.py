@@ -13,7 +13,9 @@ row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
 - **rollouts per prompt per bin**: ``compute/rollouts_per_prompt/<bin>`` (the compute ledger: every generated group);
 - **weighted standard error against uniform**: ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated
   over the same batch at its mean group size (1 for a fixed allocation; the square-root allocator's claim is that it
-  is below 1), with the share of runs whose mean ratio is below 1;
+  is below 1), with the share of runs whose mean ratio is below 1. Its σ_b is the batch's own at each step, so it is
+  not the paper's Eq. 33 proxy, whose σ̂_b is estimated once, offline: that one is paper_mechanism.md /
+  ``wse_ratio.png`` (gdro/report/paper_figures.py);
 - **the batch's mean bin** (first → last quarter) is in paired.md; here its per-step curve is ``mean_bin.png``;
 - **lead–lag Δμ** (Eq. 32, ``gdro/lead_lag``; Prompt-GDRO only): the weights' mean bin minus the batch's, first →
   last quarter (negative: the weights sit at harder bins than the data).

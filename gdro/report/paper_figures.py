@@ -280,7 +280,8 @@ def snapshot_rows(sw: Sweep, method: str, edge: float = HIGH_EDGE) -> list[tuple
 def paper_markdown(sw: Sweep, edge: float = HIGH_EDGE) -> str:
     """σ̂ per bin, the WSE ratio's horizon mean per method and the high bins' budget vs data share at snapshots."""
     lines = ["## Weighted-SE proxy (Eq. 33, `wse_ratio.png`)", "",
-             "σ̂_b, once for the sweep (gdro/report/paper_figures.py):", "", "| bin | σ̂_b | source |", "|---|---:|---|"]
+             "σ̂_b, once for the sweep (gdro/report/paper_figures.py):", "",
+             "| bin | σ̂_b | source |", "|---|---:|---|"]
     lines += [f"| {b} | {sw.sigma[b][0]:.3f} | {sw.sigma[b][1]} |" for b in sw.bins]
     lines += ["", "WSE(t) ÷ WSE at n_b ≡ n̄(t), each run's mean over its training steps; mean ± s.d. over runs:", "",
               "| Method | runs | WSE ratio | reduction vs uniform (%) |", "|---|---:|---:|---:|"]

@@ -109,8 +109,9 @@ def fig_snapshots(sw: Sweep, path) -> bool:
     return _save(fig, path)
 
 
-def fig_macro(sw: Sweep, colors, path) -> bool:
-    """Figs. 4 / 8: mean bin index; share of the batch in bins ≥ 3 / ≥ 8; budget share of bins ≥ 8."""
+def fig_macro(sw: Sweep, colors, path, mass_bins: tuple[int, int] = MASS_BINS, budget_bin: int = BUDGET_BIN) -> bool:
+    """Figs. 4 / 8: mean bin index; share of the batch in bins ≥ 3 / ≥ 8 (``mass_bins``); budget share of bins ≥ 8
+    (``budget_bin``)."""
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
@@ -118,17 +119,17 @@ def fig_macro(sw: Sweep, colors, path) -> bool:
     for m, ts in sw.groups.items():
         name = f"{display_name(m)} (n={len(ts)})"
         drawn |= _band(axes[0], sw.series(m, mean_bin), colors[m], name)
-        for k, ls in zip(MASS_BINS, ("-", "--")):  # one legend entry per method: solid ≥ 3, dashed ≥ 8
+        for k, ls in zip(mass_bins, ("-", "--")):  # one legend entry per method: solid ≥ 3, dashed ≥ 8
             _band(axes[1], sw.series(m, lambda t, k=k: mass_at_least(t, k)), colors[m],
                   name if ls == "-" else "_nolegend_", ls)
-        _band(axes[2], sw.series(m, lambda t: mass_at_least(t, BUDGET_BIN, budget=True)), colors[m], name)
+        _band(axes[2], sw.series(m, lambda t: mass_at_least(t, budget_bin, budget=True)), colors[m], name)
     if not drawn:
         plt.close(fig)
         return False
     _style_line_axes(axes[0], "mean bin index", "mean pass-rate bin of the batch (unseen bin left out)")
     _style_line_axes(axes[1], "share of the batch",
-                     f"share of the batch in bins ≥ {MASS_BINS[0]} (solid) and ≥ {MASS_BINS[1]} (dashed)")
-    _style_line_axes(axes[2], "budget share", f"budget share of bins ≥ {BUDGET_BIN}")
+                     f"share of the batch in bins ≥ {mass_bins[0]} (solid) and ≥ {mass_bins[1]} (dashed)")
+    _style_line_axes(axes[2], "budget share", f"budget share of bins ≥ {budget_bin}")
     for ax in axes[:2]:
         ax.set_xlabel("")
     return _save(fig, path)
