@@ -99,19 +99,28 @@ def _matrix(rows: list[dict], prefix: str | None, bins: list[str]) -> np.ndarray
     return out
 
 
-def tables(run: Run, bins: list[str] | None = None) -> Tables | None:
-    """The run's tables over ``bins`` (default: every bin it logs a share for); None without a data-share key."""
+def tables(run: Run) -> Tables | None:
+    """The run's tables over every bin it logs a share for; None without a data-share key."""
     share = next((p for p in SHARE_KEYS if run.has(p)), None)
     if share is None:
         return None
     rows = [r for r in run.rows if isinstance(r.get("step"), int) and any(k.startswith(share) for k in r)]
-    if bins is None:
-        bins = sorted({k[len(share):] for r in rows for k in r if k.startswith(share)}, key=bin_sort_key)
+    bins = sorted({k[len(share):] for r in rows for k in r if k.startswith(share)}, key=bin_sort_key)
     roll = next((p for p in ROLLOUT_KEYS if run.has(p)), None)
     q = _matrix(rows, share, bins)
     n = _matrix(rows, roll, bins) if roll else np.where(q > 0, 1.0, np.nan)
     return Tables(run, np.asarray([r["step"] for r in rows], dtype=float), bins, q, n,
                   _matrix(rows, ACC_KEY if run.has(ACC_KEY) else None, bins), roll is None)
+
+
+def _over_bins(t: Tables, bins: list[str]) -> Tables:
+    """``t`` with its columns over ``bins`` (NaN for a bin it does not log)."""
+    cols = [t.col(b) for b in bins]
+
+    def spread(m: np.ndarray) -> np.ndarray:
+        return np.stack([m[:, j] if j is not None else np.full(len(m), np.nan) for j in cols], axis=1)
+
+    return Tables(t.run, t.steps, bins, spread(t.q), spread(t.n), spread(t.acc), t.uniform)
 
 
 def _full_edges(config: dict, n_pass: int) -> np.ndarray:
@@ -238,7 +247,7 @@ def collect(runs: list[Run]) -> Sweep:
     """The sweep's tables (every run with a data-share key), pooled σ̂ and the notes on what is missing."""
     raw = {m: [t for r in rs if (t := tables(r)) is not None] for m, rs in _ordered_groups(runs).items()}
     bins = sorted({b for ts in raw.values() for t in ts for b in t.bins}, key=bin_sort_key)
-    groups = {m: [tables(t.run, bins) for t in ts] for m, ts in raw.items() if ts}
+    groups = {m: [_over_bins(t, bins) for t in ts] for m, ts in raw.items() if ts}
     flat = [t for ts in groups.values() for t in ts]
     notes = [f"{display_name(m)}: no {' / '.join(SHARE_KEYS)}<bin> in its logs; left out" for m, ts in raw.items()
              if not ts]

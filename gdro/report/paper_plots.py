@@ -23,13 +23,14 @@ from gdro.report.paper_figures import (
 from gdro.report.runs import Run, display_name
 
 
-def _band(ax, series, color, label: str, ls: str = "-") -> bool:
-    """Mean over seeds ± 1 s.d. of (steps, values) pairs; False when nothing is finite."""
+def _band(ax, series, color, label: str, ls: str = "-", sd_band: bool = True) -> bool:
+    """Mean over seeds (± 1 s.d., shaded) of (steps, values) pairs; False when nothing is finite."""
     steps, mean, sd = _pool_by_step(series)
     if not len(steps):
         return False
     ax.plot(steps, mean, color=color, ls=ls, lw=1.4, label=label)
-    ax.fill_between(steps, mean - sd, mean + sd, color=color, alpha=0.15, lw=0)
+    if sd_band:
+        ax.fill_between(steps, mean - sd, mean + sd, color=color, alpha=0.15, lw=0)
     return True
 
 
@@ -121,7 +122,7 @@ def fig_macro(sw: Sweep, colors, path, mass_bins: tuple[int, int] = MASS_BINS, b
         drawn |= _band(axes[0], sw.series(m, mean_bin), colors[m], name)
         for k, ls in zip(mass_bins, ("-", "--")):  # one legend entry per method: solid ≥ 3, dashed ≥ 8
             _band(axes[1], sw.series(m, lambda t, k=k: mass_at_least(t, k)), colors[m],
-                  name if ls == "-" else "_nolegend_", ls)
+                  name if ls == "-" else "_nolegend_", ls, sd_band=False)
         _band(axes[2], sw.series(m, lambda t: mass_at_least(t, budget_bin, budget=True)), colors[m], name)
     if not drawn:
         plt.close(fig)
