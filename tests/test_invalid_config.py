@@ -128,7 +128,8 @@ def test_messages_name_key_value_and_what_is_allowed(tmp_path, monkeypatch, caps
         "+optim.clip_low=0.1": "config error: unknown key 'optim.clip_low' (did you mean 'loss.clip_low'?)",
         "sampler.eta=-1": "config error: sampler.eta=-1: must be > 0",
         "threads=1.5": "config error: threads=1.5: must be an integer or null (got float)",
-        "sampler=nope": "config error: sampler=nope: no such option (available: oracle-levels, prompt-gdro, uniform)",
+        "sampler=nope": "config error: sampler=nope: no such option (available: learnability, mopps, oracle-levels, prompt-gdro, "
+                       "uniform)",
     }
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     for override, line in expected.items():
