@@ -78,6 +78,24 @@ def test_sigma_hat_is_pooled_once_over_the_sweep(sweep: Path):
     assert sw.high_bins() == ["1"] and sw.high_bins(0.0) == ["0", "1"]
 
 
+@pytest.mark.parametrize(("classifier", "n_bar", "k"), [({"estimator": "unbiased_passk", "k": 8}, 4, 8),
+                                                       ({"estimator": "any_correct"}, 4, 4),
+                                                       ({"estimator": "unbiased_passk", "k": 1}, 4, 1)])
+def test_a_pass_at_k_midpoint_becomes_the_per_rollout_rate(tmp_path: Path, classifier, n_bar, k):
+    """No run logs an accuracy: bin 1 = [0.5, 1] of pass@k has midpoint 0.75, the pass@k of a per-rollout rate
+    p = 1 − 0.25^(1/k) (pass@8: 0.159; any-of-4 visits: pass@4, 0.293; pass@1: 0.75)."""
+    d = make_run(tmp_path / "sw", "grpo/0", "uniform", "fixed", 0, 80.0, steps=STEPS)
+    _rewrite(d, lambda r, s: r.update({"difficulty/batch/0": 0.5, "difficulty/batch/1": 0.5}),
+             {"edges": [0.5], **classifier})
+    meta = json.loads((d / "run.json").read_text())
+    meta["config"]["rollouts_per_prompt"] = n_bar
+    (d / "run.json").write_text(json.dumps(meta))
+    p = 1 - 0.25 ** (1 / k)
+    sigma, source = collect(find_runs(tmp_path / "sw")).sigma["1"]
+    assert sigma == pytest.approx(math.sqrt(p * (1 - p))) and source.startswith("midpoint of its pass-rate interval")
+    assert (f"pass@{k}" in source) == (k > 1)
+
+
 def test_wse_ratio_of_a_known_allocation(sweep: Path):
     sw = collect(find_runs(sweep))
     s = [sw.sigma[b][0] for b in ("0", "1", "unseen")]

@@ -16,9 +16,9 @@ with neither key is taken at n_b ≡ n̄: budget share = data share, WSE ratio 1
   step weighted by the bin's share of that batch. Pooled over the sweep, not per run, so that every method is
   measured against one σ̂ profile (the ratio depends on σ̂'s profile over bins only, not on its scale), and once, as
   the paper's "estimated once from the training logs". No run but Prompt-GDRO logs a per-bin accuracy; a bin no run
-  logs it for takes the midpoint of its pass-rate interval from the classifier's edges (run.json; the classifier's
-  ``unseen_p`` for the unseen bin) — the per-rollout rate for pass@1 bins, the pass@k rate for pass@k bins (an
-  upper proxy). ``paper_mechanism.md`` lists σ̂_b and its source per bin. The per-step ``difficulty/wse_ratio`` the
+  logs it for takes the midpoint m of its pass-rate interval from the classifier's edges (run.json; the classifier's
+  ``unseen_p`` for the unseen bin), turned into the per-rollout rate p = 1 − (1 − m)^(1/k) whose pass@k is m (k the
+  classifier's ``k`` for ``unbiased_passk``, n̄ for the released code's any-of-n ``any_correct``; p = m for pass@1). ``paper_mechanism.md`` lists σ̂_b and its source per bin. The per-step ``difficulty/wse_ratio`` the
   runs log (the batch's own σ_b of that step, ``wse_ratio_batch.png``, mechanism.md) is *not* Eq. 33;
 - **mean bin index** (Figs. 4, 8) Σ_b b q_t(b) over the pass-rate bins, renormalised over them (the ``unseen`` bin of
   ``classifier.unseen=separate`` is no pass bin and is left out; with ``unseen=hardest`` unseen prompts are in bin 0,
@@ -158,11 +158,25 @@ def sigma_hat(all_tables: list[Tables], bins: list[str]) -> dict[str, tuple[floa
     for j, b in enumerate(bins):
         if den[j] > 0:
             p, src = num[j] / den[j], f"{ACC_KEY}{b}, pooled"
+        elif pass_index(b) is None:
+            p, src = edges[b][0], "unseen_p"
         else:
-            lo, hi = edges[b]
-            p, src = (lo + hi) / 2, "midpoint of its pass-rate interval" if pass_index(b) is not None else "unseen_p"
+            k = _pass_k(all_tables[0].run.config if all_tables else {})
+            p = 1 - (1 - sum(edges[b]) / 2) ** (1 / k)  # the per-rollout rate whose pass@k is the bin's midpoint
+            src = "midpoint of its pass-rate interval" + (f", as a per-rollout rate (pass@{k})" if k > 1 else "")
         out[b] = (math.sqrt(max(p * (1 - p), 0.0)), src)
     return out
+
+
+def _pass_k(config: dict) -> int:
+    """The k of the classifier's pass-rate: ``k`` for ``unbiased_passk``, n̄ for ``any_correct`` (any of a visit's
+    rollouts, the released code's pass@n), 1 when the config does not say."""
+    cls = config.get("classifier") if isinstance(config.get("classifier"), dict) else {}
+    if cls.get("estimator") == "unbiased_passk":
+        return max(int(cls.get("k", 1)), 1)
+    if cls.get("estimator") == "any_correct":
+        return max(int(config.get("rollouts_per_prompt", 1)), 1)
+    return 1
 
 
 def wse_ratio(t: Tables, sigma: dict[str, tuple[float, str]]) -> np.ndarray:
