@@ -1,7 +1,8 @@
 """The loss seam (``loss=grpo|gspo|dr-grpo``): each loss against a reference computed by hand or with plain
 loops, independent of gdro/loss; ragged groups, Prompt-GDRO's multipliers and micro-batches (mini-batch
 denominators) with each; ``loss=grpo`` equal to the GRPO loss of before the seam to the bit; a real
-``ppo_update`` and real runs.
+``ppo_update`` and real runs (these also of ``loss=dapo|bnpo|cispo|sapo``, which tests/test_trl_losses.py
+checks against TRL's own code).
 """
 
 from __future__ import annotations
@@ -416,13 +417,16 @@ def test_ppo_update_is_the_same_in_any_micro_batches(tiny_roll, loss):
 
 # ---------------------------------------------------------------------------------------- real runs
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["gspo", "dr-grpo"])
+@pytest.mark.parametrize("loss", ["gspo", "dr-grpo", "dapo", "bnpo", "cispo", "sapo"])
 def test_each_loss_trains_with_rollout_gdro(loss: str, tmp_path: Path):
     """``gdro-train experiment=smoke loss=<loss> allocator=rollout-gdro`` runs end to end (2 mini-batches per
-    step: GSPO's sequence clip acts), with the KL, and logs the loss's metrics at every step."""
+    step: GSPO's sequence clip acts), with the KL, and logs the loss's metrics at every step. Its 8 prompts a
+    step come from a pool of 8, so they recur and Rollout-GDRO's allocation (``allocator.eta=5``) is ragged by
+    the 3rd step. (The losses of TRL's ``loss_type``s: tests/test_trl_losses.py.)"""
     run_dir = tmp_path / "run"
     overrides = ["experiment=smoke", f"loss={loss}", "allocator=rollout-gdro", "optim.mini_batches=2",
-                 "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={run_dir}"]
+                 "data.train_size=8", "allocator.eta=5", "progress=false", "eval.at_start=false",
+                 "eval.at_end=false", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run([sys.executable, "-m", "gdro.cli", *overrides], cwd=REPO, capture_output=True, text=True,
                           timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -433,7 +437,9 @@ def test_each_loss_trains_with_rollout_gdro(loss: str, tmp_path: Path):
         assert all(
             math.isfinite(r[k]) for k in ("train/loss", "train/pg_loss", "train/kl", "train/grad_norm")
         )
+    ragged = [sorted({v for k, v in r.items() if k.startswith("gdro/rollouts/")}) for r in rows]
+    assert any(len(n) > 1 for n in ragged), ragged
     if loss == "gspo":
         assert any(r["train/seq_clip_frac"] > 0 for r in rows)
     config = (run_dir / "config.yaml").read_text()
-    assert {"gspo": "gdro.loss.gspo.GSPOLoss", "dr-grpo": "gdro.loss.dr_grpo.DrGRPOLoss"}[loss] in config
+    assert f"_target_: gdro.loss.{loss.replace('-', '_')}." in config

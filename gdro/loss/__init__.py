@@ -6,13 +6,20 @@
 - ``grpo``: :class:`GRPOLoss`, ``loss=grpo`` (the default; paper Eq. 3-7);
 - ``gspo``: :class:`GSPOLoss`, ``loss=gspo`` (sequence-level ratio and clip; arXiv 2507.18071);
 - ``dr_grpo``: :class:`DrGRPOLoss`, ``loss=dr-grpo`` (centred advantages, constant normaliser; arXiv
-  2503.20783).
+  2503.20783);
+- ``trl``: :class:`TRLLoss`, what the losses of TRL's ``loss_type``s share (``scale_rewards`` advantages, the KL);
+  ``dapo``: :class:`DAPOLoss`, ``loss=dapo``; ``bnpo``: :class:`BNPOLoss`, ``loss=bnpo``; ``cispo``:
+  :class:`CISPOLoss`, ``loss=cispo``; ``sapo``: :class:`SAPOLoss`, ``loss=sapo`` (each as TRL 1.16 computes it).
 """
 
 from gdro.loss.base import BatchCounts, Loss, LossInputs
+from gdro.loss.bnpo import BNPOLoss
+from gdro.loss.cispo import CISPOLoss
+from gdro.loss.dapo import DAPOLoss
 from gdro.loss.dr_grpo import DrGRPOLoss
 from gdro.loss.grpo import GRPOLoss
 from gdro.loss.gspo import GSPOLoss
+from gdro.loss.sapo import SAPOLoss
 from gdro.loss.terms import (
     AGG_MODES,
     KL_ESTIMATORS,
@@ -26,13 +33,14 @@ from gdro.loss.terms import (
     kl_term,
     per_response_mean,
 )
+from gdro.loss.trl import TRLLoss
 
 # The GRPO loss's name before the seam (#29): build.py and the trainer still annotate with it, and a run
 # checkpointed before the seam resumes with `loss._target_=gdro.loss.LossConfig` (the target in its config).
 LossConfig = GRPOLoss
 
 __all__ = [
-    "AGG_MODES", "KL_ESTIMATORS", "BatchCounts", "DrGRPOLoss", "GRPOLoss", "GSPOLoss", "Loss", "LossConfig",
-    "LossInputs", "TokenTerms", "aggregate", "aggregation_denom", "check_hyper", "clipped_surrogate",
+    "AGG_MODES", "KL_ESTIMATORS", "BNPOLoss", "BatchCounts", "CISPOLoss", "DAPOLoss", "DrGRPOLoss", "GRPOLoss",
+    "GSPOLoss", "Loss", "LossConfig", "LossInputs", "SAPOLoss", "TRLLoss", "TokenTerms", "aggregate", "aggregation_denom", "check_hyper", "clipped_surrogate",
     "grpo_loss", "kl_penalty", "kl_term", "per_response_mean",
 ]

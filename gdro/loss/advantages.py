@@ -12,13 +12,19 @@ selected here with ``unbiased_std=True``. Degenerate groups are defined to give 
 rewards are all equal (no learning signal) and a group of one response (no baseline). Note that verl instead
 gives a group of one mean 0 and std 1, i.e. A = r; we follow the paper's intent that a lone response carries
 no relative signal.
+
+``scaled_advantages`` adds TRL's ``scale_rewards`` (a loss's ``scale_rewards`` key): ``group`` divides by each
+group's std (Eq. 3, ``group_advantages``), ``batch`` centres on each group's mean but divides by the std of
+the whole step's rewards (PPO-Lite, arXiv 2508.08221), ``none`` only centres (Dr. GRPO).
 """
 
 from __future__ import annotations
 
 import torch
 
-__all__ = ["group_advantages", "group_sizes"]
+__all__ = ["SCALES", "check_scale", "group_advantages", "group_sizes", "scaled_advantages"]
+
+SCALES = ("group", "batch", "none")  # TRL scale_rewards: the std advantages are divided by
 
 
 def _check_group_index(group_index: torch.Tensor, num_groups: int | None) -> int:
@@ -130,3 +136,48 @@ def group_advantages(
     # denom == 0 only when eps == 0 and the group has zero variance, where centred == 0: define A = 0.
     adv = torch.where(denom > 0, centred / torch.where(denom > 0, denom, 1.0), torch.zeros_like(centred))
     return adv.to(rewards.dtype)
+
+
+def check_scale(scale_rewards: str, norm_adv_by_std: bool = True) -> None:
+    """The range check of a loss's ``scale_rewards`` (and, where the loss has it, ``norm_adv_by_std``, its older
+    spelling of ``none``: ``false`` with ``batch`` contradicts it)."""
+    if scale_rewards not in SCALES:
+        raise ValueError(f"scale_rewards must be one of {SCALES}, got {scale_rewards!r}")
+    if not norm_adv_by_std and scale_rewards == "batch":
+        raise ValueError("scale_rewards must not be 'batch' when norm_adv_by_std is false (no std division)")
+
+
+def scaled_advantages(
+    rewards: torch.Tensor,
+    group_index: torch.Tensor,
+    num_groups: int | None = None,
+    *,
+    scale: str = "group",
+    eps: float = 1e-6,
+    unbiased_std: bool = False,
+) -> torch.Tensor:
+    """Centred rewards ``r_i - mean_g`` over ragged groups, divided by the std that ``scale`` names (TRL
+    ``scale_rewards``), plus ``eps``.
+
+    ``"group"``: each group's own std; exactly ``group_advantages(..., norm_by_std=True)``. ``"none"``: no
+    division; exactly ``group_advantages(..., norm_by_std=False)``. ``"batch"``: the std of all ``N`` rewards of
+    the step (every group, population or Bessel-corrected as ``unbiased_std``), the same for every row. A row
+    whose centred reward is 0 (a zero-variance group, a group of one) gets exactly 0 in every mode.
+    """
+    if scale not in SCALES:
+        raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
+    if scale != "batch":
+        return group_advantages(rewards, group_index, num_groups, norm_by_std=scale == "group", eps=eps,
+                                unbiased_std=unbiased_std)
+    centred = group_advantages(rewards.detach().to(torch.float64), group_index, num_groups, norm_by_std=False,
+                               eps=eps)  # checks every argument; float64, as the statistics
+    if rewards.numel() == 0:
+        return rewards.clone()
+    r = rewards.detach().to(torch.float64)
+    x = r - r.min()  # shifted data, as in group_advantages: a constant batch has variance exactly 0
+    ddof = 1 if unbiased_std else 0
+    var = (x - x.mean()).square().sum() / max(r.numel() - ddof, 1)
+    denom = var.sqrt() + eps
+    if not bool(denom > 0):  # eps == 0 and every reward equal: every centred reward is 0
+        return torch.zeros_like(rewards)
+    return (centred / denom).to(rewards.dtype)

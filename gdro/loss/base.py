@@ -43,12 +43,28 @@ class BatchCounts(NamedTuple):
     rows: int  # responses
     responses: int  # responses with at least one valid token
     tokens: int  # valid tokens
+    # The step's whole rollout batch (TRL's "generation batch"), which optim.mini_batches > 1 cuts into several
+    # mini-batches: its responses and valid tokens. 0: not given, the mini-batch is the whole step's batch.
+    step_rows: int = 0
+    step_tokens: int = 0
 
     @classmethod
-    def of(cls, lengths: np.ndarray) -> BatchCounts:
-        """The counts of a mini-batch whose responses have ``lengths`` valid tokens each."""
+    def of(cls, lengths: np.ndarray, step_lengths: np.ndarray | None = None) -> BatchCounts:
+        """The counts of a mini-batch whose responses have ``lengths`` valid tokens each, out of a step whose
+        responses have ``step_lengths`` (None: the mini-batch is the step's whole batch)."""
         lengths = np.asarray(lengths, dtype=np.int64)
-        return cls(max(len(lengths), 1), max(int((lengths > 0).sum()), 1), max(int(lengths.sum()), 1))
+        step = lengths if step_lengths is None else np.asarray(step_lengths, dtype=np.int64)
+        return cls(max(len(lengths), 1), max(int((lengths > 0).sum()), 1), max(int(lengths.sum()), 1),
+                   max(len(step), 1), max(int(step.sum()), 1))
+
+    def step_token_share(self) -> float:
+        """The step's valid tokens times this mini-batch's share of its responses, ``step_tokens · rows /
+        step_rows``: TRL's ``num_items_in_batch / steps_per_generation`` (the ``dapo``/``cispo`` normaliser of one
+        optimiser step; equal mini-batches). The mini-batch's own ``tokens`` when the step is one mini-batch or
+        the step's counts were not given."""
+        if self.step_rows <= 0:
+            return float(self.tokens)
+        return max(self.step_tokens * self.rows / self.step_rows, 1.0)
 
     def denom(self, agg: str) -> float:
         """The mini-batch's denominator of ``aggregate(., ., agg)`` (``aggregation_denom`` of its mask)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import group_advantages
+from gdro.loss.advantages import check_scale, scaled_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
 
@@ -28,7 +28,9 @@ class GRPOLoss:
     clip_low / clip_high: asymmetric PPO clip epsilons (0.2 / 0.28). beta_kl: KL loss coefficient (0.001).
     kl_estimator: ``kl_penalty`` name (verl ``low_var_kl``). agg: ``aggregate`` mode (verl ``token-mean``).
     clip_ratio_c: dual-clip cap for A < 0 (None = off; verl's default, used by the official runs, is 3.0).
-    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3).
+    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3). scale_rewards: TRL's
+    ``group`` (Eq. 3) | ``batch`` (the step's std) | ``none`` (``scaled_advantages``; ``norm_adv_by_std: false``
+    is ``none``).
     """
 
     clip_low: float = 0.2
@@ -40,16 +42,18 @@ class GRPOLoss:
     adv_eps: float = 1e-6
     unbiased_std: bool = False
     clip_ratio_c: float | None = None
+    scale_rewards: str = "group"
 
     def __post_init__(self) -> None:
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
                     kl_estimator=self.kl_estimator, agg=self.agg, clip_ratio_c=self.clip_ratio_c,
                     adv_eps=self.adv_eps)
+        check_scale(self.scale_rewards, self.norm_adv_by_std)
 
     def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
         """Eq. 3 over ragged groups: ``(r - mean) / (std + adv_eps)`` (``r - mean`` without std norm)."""
-        return group_advantages(rewards, group_index, num_groups, norm_by_std=self.norm_adv_by_std,
-                                eps=self.adv_eps, unbiased_std=self.unbiased_std)
+        return scaled_advantages(rewards, group_index, num_groups, eps=self.adv_eps, unbiased_std=self.unbiased_std,
+                                 scale=self.scale_rewards if self.norm_adv_by_std else "none")
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import group_advantages
+from gdro.loss.advantages import check_scale, scaled_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import (
     _LOG_RATIO_CLAMP,
@@ -49,8 +49,8 @@ class GSPOLoss:
 
     clip_low / clip_high: the sequence ratio's clip range ``[1 - clip_low, 1 + clip_high]`` (the paper: 3e-4
     / 4e-4). beta_kl / kl_estimator: the KL to π_ref, aggregated like the PG term. agg: ``aggregate`` mode of
-    the per-token loss (each token carries its sequence's term). norm_adv_by_std / adv_eps / unbiased_std:
-    Eq. 3.
+    the per-token loss (each token carries its sequence's term). norm_adv_by_std / adv_eps / unbiased_std /
+    scale_rewards: Eq. 3 and TRL's ``scale_rewards``, as GRPO's.
     """
 
     clip_low: float = 3e-4
@@ -61,15 +61,17 @@ class GSPOLoss:
     norm_adv_by_std: bool = True
     adv_eps: float = 1e-6
     unbiased_std: bool = False
+    scale_rewards: str = "group"
 
     def __post_init__(self) -> None:
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
                     kl_estimator=self.kl_estimator, agg=self.agg, adv_eps=self.adv_eps)
+        check_scale(self.scale_rewards, self.norm_adv_by_std)
 
     def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
         """GRPO's Eq. 3 over ragged groups (GSPO keeps the group-normalised advantage)."""
-        return group_advantages(rewards, group_index, num_groups, norm_by_std=self.norm_adv_by_std,
-                                eps=self.adv_eps, unbiased_std=self.unbiased_std)
+        return scaled_advantages(rewards, group_index, num_groups, eps=self.adv_eps, unbiased_std=self.unbiased_std,
+                                 scale=self.scale_rewards if self.norm_adv_by_std else "none")
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
