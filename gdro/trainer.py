@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from gdro.controllers.ledger import ComputeLedger, rollout_metrics
-from gdro.distributed import Dist
 from gdro.evaluation.heldout import EvalConfig, evaluate
 from gdro.filters import Drawn, Filter, NoFilter
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
@@ -27,6 +26,7 @@ from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
 from gdro.run import seeding
+from gdro.run.samples import ROW_KEYS, SampleConfig, train_records
 from gdro.run.seeding import derive_seed, rng_state, set_rng_state
 from gdro.run.tracking import StepClock
 
@@ -45,6 +45,7 @@ class RunConfig:
     progress: bool = True
     resume: bool = True  # resume from the run dir's latest checkpoint; False refuses a dir that holds one
     label: str | None = None  # this run's row name in gdro-report (None: its sampler+allocator)
+    samples: SampleConfig = field(default_factory=SampleConfig)  # completions shown (samples/, W&B; gdro.run.samples)
 
     def __post_init__(self) -> None:
         if self.seed < 0:
@@ -59,6 +60,7 @@ class RunConfig:
             raise ValueError(f"rollouts_per_prompt must be >= 1, got {self.rollouts_per_prompt}")
         if self.label is not None and not (isinstance(self.label, str) and self.label.strip()):
             raise ValueError(f"label must be a non-empty name or null, got {self.label!r}")
+        object.__setattr__(self, "samples", SampleConfig.of(self.samples))
         # a bad or unavailable device fails here, before any model loads
         from gdro.models.loading import check_placement
 
@@ -103,11 +105,7 @@ class Trainer:
     classifier = property(lambda self: self.controllers.classifier)
     train_problems = property(lambda self: self.problems.train)
     test_problems = property(lambda self: self.problems.test)
-
-    @property
-    def dist(self) -> Dist:
-        """How the run is spread over processes (gdro.distributed; one process: every call a no-op)."""
-        return self.forward.dist
+    dist = property(lambda self: self.forward.dist)  # how the run is spread over processes (gdro.distributed.Dist)
 
     def setup(self) -> None:
         """The optimiser, its schedule and the RNG streams; the controllers bound to the pool."""
@@ -172,6 +170,8 @@ class Trainer:
         row.update(self.reward.metrics(c.generated.scored))  # every generated rollout's verdicts
         for part in (*self.controllers, self.filter):
             row.update(part.metrics())
+        if run.samples.due(step) and self.dist.main:  # a bounded sample of what the policy wrote (no RNG drawn)
+            row[ROW_KEYS["train"]] = train_records(step, d, self.train_problems, run.samples.train)
         return row | st.ledger.metrics(self.classifier.bin_spec().labels) | clock.metrics()
 
     def _draw(self, step: int, st: _State, count: int, rnd: int, clock: StepClock) -> Drawn:
@@ -218,15 +218,15 @@ class Trainer:
         self.dist.sync_engine(self.engine, self.policy)
         st.step = int(tr["step"])
 
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, Any]:
         """Held-out evaluation on the main process (the engine holds its own copy of the weights: no collective)."""
         return self.dist.main_only(self._evaluate_here, default={})
 
-    def _evaluate_here(self) -> dict[str, float]:
+    def _evaluate_here(self) -> dict[str, Any]:
         clock = StepClock()
-        out = evaluate(self.engine, self.test_problems, self.reward, self.eval_cfg, self.train_sampling.max_new_tokens)
-        out["time/eval_s"] = clock.elapsed()
-        return out
+        out = evaluate(self.engine, self.test_problems, self.reward, self.eval_cfg, self.train_sampling.max_new_tokens,
+                       shown=self.run.samples.eval)  # and a bounded sample of its completions (gdro.run.samples)
+        return out | {"time/eval_s": clock.elapsed()}
 
     def save(self, path: Path) -> None:
         """The policy as a HF model dir at ``path`` (``model.name_or_path=<path>`` loads it) in the compute dtype (fp32
@@ -235,9 +235,8 @@ class Trainer:
         from gdro.models.loading import compute_dtype, save_model_dir
 
         state = self.dist.savable_state(self.policy, compute_dtype(self.policy))  # every process takes part (FSDP)
-        if not self.dist.main:  # one process writes
-            return
-        save_model_dir(self.policy, self.models.tokenizer, path, state)  # a LoRA run: merged, and its adapter
+        if self.dist.main:  # one process writes; a LoRA run: merged, and its adapter
+            save_model_dir(self.policy, self.models.tokenizer, path, state)
 
 
 def __getattr__(name: str) -> Any:

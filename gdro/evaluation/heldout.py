@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from gdro.grading.passk import pass_at_k
 from gdro.rollout.base import Generator, SamplingParams
+from gdro.run import samples as run_samples
 
 
 @dataclass(frozen=True)
@@ -72,13 +74,15 @@ def summarize(correct: np.ndarray, group_index: np.ndarray, levels: Sequence[int
 
 def evaluate(
     engine: Generator, problems: Sequence, reward, cfg: EvalConfig, max_new_tokens: int,
-    samples: list[dict] | None = None,
-) -> dict[str, float]:
+    samples: list[dict] | None = None, shown: int = 0,
+) -> dict[str, Any]:
     """Sample ``cfg.k`` completions for each problem and score them; figures are percentages.
 
     Scoring uses the reward's evaluation form (``reward.for_eval()``; gdro's reads the whole completion, not the
     training reward's window). ``samples``, when given, receives one record per completion (uid,
-    sample index, completion, finished, correct): what ``gdro-rescore`` reads back.
+    sample index, completion, finished, correct): what ``gdro-rescore`` reads back. ``shown`` > 0: ``shown`` of the
+    completions, evenly spaced and the same ones at every evaluation (so their problems can be followed across a
+    run), also go out as records under ``samples/eval`` (gdro.run.samples; no RNG is drawn).
     """
     probs = subset(problems, cfg.max_problems)
     roll = engine.generate(
@@ -92,12 +96,16 @@ def evaluate(
                             "finished": bool(roll.finished[i]), "correct": bool(scored.correct[i])})
             seen[g] += 1
     levels = [p.level for p in probs]
-    out = summarize(scored.correct, roll.group_index, levels, cfg.k)
+    out: dict[str, Any] = summarize(scored.correct, roll.group_index, levels, cfg.k)
     if cfg.format_metrics:
         out |= format_rates(roll.texts, roll.finished, roll.group_index, levels)
     out["eval/len_mean"] = float(roll.lengths.mean())
     out["eval/truncated_frac"] = float((~roll.finished).mean())
     out["eval/n_problems"] = float(len(probs))
+    if shown > 0:
+        rows = run_samples.pick(len(roll.texts), shown)
+        out[run_samples.ROW_KEYS["eval"]] = run_samples.records(roll, scored, probs, rows, bins=None,
+                                                                n=roll.group_sizes)
     return out
 
 

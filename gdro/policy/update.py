@@ -9,6 +9,7 @@ clipping, and the per-response losses the controllers read.
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,6 +19,7 @@ from gdro.loss import BatchCounts, Loss, LossInputs, per_response_mean
 from gdro.models.lora import reference_model
 from gdro.policy.config import OptimConfig
 from gdro.policy.forward import Forward
+from gdro.policy.kernels import recording_entropy
 from gdro.rollout.base import RolloutBatch
 
 
@@ -38,6 +40,13 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
 
     With one epoch and one mini-batch there is a single optimiser step, so π_old = π_θ and the old log-probs are
     the current ones (detached): no extra forward pass.
+
+    ``train/entropy``: the token mean, over the valid tokens of the rows the first epoch forwards, of the policy's
+    full-softmax entropy at the sampling temperature, from the log-softmax those forwards compute anyway
+    (:func:`gdro.policy.kernels.recording_entropy`; detached: the loss and its gradients are untouched).
+    ``train/clip_frac_low`` / ``train/clip_frac_high``: the valid tokens whose ratio is clipped at the lower edge
+    (``rho < 1 - clip_low`` with ``A < 0``) / the upper one (``rho > 1 + clip_high`` with ``A > 0``), TRL's
+    ``clip_ratio/low_mean`` and ``high_mean`` (token ratios; a loss that reports its own takes precedence).
 
     The per-response losses (from the first epoch) are reductions of the per-token terms the loss itself computed
     (``loss.compute``'s ``TokenTerms``), not a second evaluation: ``pg`` — the token mean of the PG loss with
@@ -72,7 +81,9 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
     scheduler.step()
     sig_pg, sig_kl, totals = fwd.dist.reduce_update(step.sig_pg, step.sig_kl, step.totals)
     n_steps = optim_cfg.ppo_epochs * optim_cfg.mini_batches
+    ent_sum, ent_tokens = totals.pop(_ENT_SUM, 0.0), totals.pop(_ENT_TOKENS, 0.0)
     out: dict[str, float | None] = {f"train/{k}": v / n_steps for k, v in totals.items()}
+    out["train/entropy"] = ent_sum / ent_tokens if ent_tokens else None  # None: no token was forwarded
     if ref is None:
         out["train/kl"] = None  # no reference model (beta_kl = 0): KL to π_ref is not measured
     out["train/grad_norm"] = float(np.mean(step.grad_norms)) if step.grad_norms else 0.0
@@ -124,13 +135,20 @@ class _Update:
         self.optimizer.step()
 
     def micro_batch(self, part: np.ndarray, counts: BatchCounts, first_epoch: bool) -> None:
-        """Forward and backward of one micro-batch; its statistics and (first epoch) per-response losses."""
-        logp, mask = self.fwd.logprobs(self.model, self.roll, part)
+        """Forward and backward of one micro-batch; its statistics and (first epoch) per-response losses and
+        entropy."""
+        with recording_entropy() if first_epoch else nullcontext() as ent:
+            logp, mask = self.fwd.logprobs(self.model, self.roll, part)
+        if ent:  # the first epoch's forwards: each row once
+            self.totals[_ENT_SUM] = self.totals.get(_ENT_SUM, 0.0) + float((ent[-1] * mask).sum())
+            self.totals[_ENT_TOKENS] = self.totals.get(_ENT_TOKENS, 0.0) + float(mask.sum())
         width = logp.shape[1]
         old_lp = logp.detach() if self.old is None else _stack([self.old[i] for i in part], width)
         ref_lp = None if self.ref is None else _stack([self.ref[i] for i in part], width)
         adv = self.adv[part].to(logp.device, logp.dtype)
         loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp), counts)
+        sides = clip_sides(self.loss, logp, old_lp, mask, adv, counts)
+        stats = stats | {k: v for k, v in sides.items() if k not in stats}
         # a sharded model averages the gradients over processes; the loss is already normalised by the whole batch
         (loss * self.fwd.dist.grad_scale).backward()
         if first_epoch:  # the controllers' per-response losses: reductions of the loss's own terms
@@ -140,6 +158,26 @@ class _Update:
         for k, v in stats.items():
             self.totals[k] = self.totals.get(k, 0.0) + float(v)
         self.totals["loss"] = self.totals.get("loss", 0.0) + float(loss.detach())
+
+
+_ENT_SUM, _ENT_TOKENS = "_entropy_sum", "_entropy_tokens"  # summed over micro-batches and processes, then divided
+
+
+def clip_sides(loss: Loss, logp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,
+               counts: BatchCounts) -> dict[str, torch.Tensor]:
+    """``clip_frac_low`` / ``clip_frac_high`` of one micro-batch over the mini-batch's valid tokens (TRL's
+    ``clip_ratio/low_mean`` / ``high_mean``): token ratio ``rho = exp(logp - old_logp)`` below ``1 - clip_low``
+    with ``A < 0`` / above ``1 + clip_high`` with ``A > 0``, the two ways a token's clipped branch is active (with
+    no dual clip they split the loss's ``clip_frac``). Empty for a loss without ``clip_low`` and ``clip_high``."""
+    low, high = getattr(loss, "clip_low", None), getattr(loss, "clip_high", None)
+    if low is None or high is None:
+        return {}
+    with torch.no_grad():
+        ratio = torch.exp((logp.detach() - old_lp).clamp(-20.0, 20.0))  # as the loss clamps it
+        a, valid = adv.unsqueeze(-1), mask != 0
+        denom = float(counts.tokens)
+        return {"clip_frac_low": ((ratio < 1.0 - low) & (a < 0) & valid).sum().to(logp.dtype) / denom,
+                "clip_frac_high": ((ratio > 1.0 + high) & (a > 0) & valid).sum().to(logp.dtype) / denom}
 
 
 def _by_row(n: int, mine: np.ndarray, lps: list[torch.Tensor]) -> list[torch.Tensor | None]:

@@ -30,6 +30,7 @@ from gdro.run.checkpoint import (
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
+from gdro.run.samples import SAMPLES_DIR
 from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
 from gdro.trainer import RunConfig
 from gdro.validate import ConfigError, component_class, field_default
@@ -38,8 +39,10 @@ log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------------- resume
-# keys a resumed run may change: its length, its machine, how long it waits for the run dir's lock
-RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s")
+# keys a resumed run may change: its length, its machine, how long it waits for the run dir's lock, what it shows of
+# its completions (gdro.run.samples: nothing the training reads)
+RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s", "samples.every", "samples.train",
+                     "samples.eval")
 
 
 def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], dist: Dist
@@ -202,6 +205,7 @@ def _previous_run_aside(run_dir: Path) -> None:
     as a resume's ``resumes`` entry is): what it left in the lock because its disk was full, or that it ended
     without a word. Else ``run.json.prev-N`` would say ``running`` for ever and the end kept in the lock be lost."""
     files = [run_dir / n for n in ("metrics.jsonl", "run.json", "config.yaml") if (run_dir / n).is_file()]
+    files += [run_dir / n for n in (SAMPLES_DIR,) if (run_dir / n).is_dir()]  # its sampled completions
     if not files:
         return
     _record_end(run_dir / "run.json", run_dir)  # first: if the disk refuses it, nothing is set aside yet
@@ -270,6 +274,7 @@ def open_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[s
         return dist.main_only(lambda: RunLogger(
             run_dir, cfg, run_name=run_name, config=meta, truncate_to=resume[1]["metrics_bytes"] if resume else None,
             wandb_id=record.data["wandb_id"], group=group, tags=tags,
+            samples_after=int(resume[1]["step"]) if resume else None,
         ), default=SilentLogger(run_dir))
     except ValueError as err:  # metrics.jsonl shorter than its checkpoint recorded
         raise ConfigError(f"cannot resume {resume[0] if resume else None}: {err}") from err

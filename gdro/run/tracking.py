@@ -1,4 +1,5 @@
-"""Run tracking: ``metrics.jsonl`` always, W&B beside it (offline unless the user has configured it).
+"""Run tracking: ``metrics.jsonl`` always, W&B beside it (offline unless the user has configured it); the sampled
+completions a row carries (gdro.run.samples) go to ``samples/`` and to a W&B table.
 
 W&B never blocks a run: ``mode=auto`` goes online only when an API key is configured and falls back
 to offline when the online init fails.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gdro.run import samples
 from gdro.run.ioerrors import named_io
 
 log = logging.getLogger(__name__)
@@ -87,7 +89,8 @@ class RunLogger:
     """One logger for a run: appends rows to ``metrics.jsonl`` and mirrors them to W&B.
 
     ``truncate_to`` (a byte length from :meth:`position`) cuts the file back to where a checkpoint left it, so a
-    resumed run continues it without duplicated steps. ``wandb_id`` names the W&B run; the same id resumes it.
+    resumed run continues it without duplicated steps; ``samples_after`` (the checkpoint's step) removes the sample
+    files of later steps likewise. ``wandb_id`` names the W&B run; the same id resumes it.
 
     A failed append (a full disk, an immutable or unwritable file) raises once, naming ``metrics.jsonl``; closing
     afterwards drops the row that failed instead of failing again on it, so that first error is the one reported.
@@ -95,7 +98,7 @@ class RunLogger:
 
     def __init__(self, run_dir: Path, cfg: LoggerConfig, *, run_name: str, config: dict[str, Any],
                  truncate_to: int | None = None, wandb_id: str | None = None, group: str | None = None,
-                 tags: tuple[str, ...] = ()):
+                 tags: tuple[str, ...] = (), samples_after: int | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.run_dir / "metrics.jsonl"
@@ -106,6 +109,8 @@ class RunLogger:
                                  "recorded: the metrics file was changed since; cannot resume it")
             with self.path.open("r+b") as fh:
                 fh.truncate(truncate_to)
+        if samples_after is not None:
+            samples.prune_after(self.run_dir, samples_after)
         self._fh = self.path.open("a", encoding="utf-8")
         self._append_failed = False  # a row could not be written: it is still buffered, and closing would retry it
         self.wandb_run = None
@@ -140,8 +145,13 @@ class RunLogger:
             return wandb.init(mode="offline", **kwargs)
 
     def log(self, row: dict[str, Any]) -> dict[str, Any]:
-        """Append ``row`` (NaN/inf written as null) and return it as written."""
-        row = {k: _clean(v) for k, v in row.items()}
+        """Append ``row`` (NaN/inf written as null) and return it as written. Sampled completions in the row
+        (:data:`gdro.run.samples.ROW_KEYS`) are not metrics: each goes to its file in ``samples/`` and to a W&B table."""
+        shown = {kind: row[key] for kind, key in samples.ROW_KEYS.items() if key in row}
+        row = {k: _clean(v) for k, v in row.items() if k not in samples.ROW_KEYS.values()}
+        step = int(row["step"])
+        for kind, recs in shown.items():
+            samples.write(self.run_dir, kind, step, recs)
         try:
             with named_io(self.path):
                 self._fh.write(json.dumps(row) + "\n")
@@ -150,7 +160,8 @@ class RunLogger:
             self._append_failed = True
             raise
         if self.wandb_run is not None:
-            self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None}, step=int(row["step"]))
+            tables = {samples.ROW_KEYS[kind]: samples.wandb_table(step, recs) for kind, recs in shown.items()}
+            self.wandb_run.log({k: v for k, v in row.items() if k != "step" and v is not None} | tables, step=step)
         return row
 
     def close(self) -> None:
