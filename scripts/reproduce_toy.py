@@ -113,7 +113,7 @@ VARIANTS: dict[str, list[str]] = {
     "rgdro-paper-preset": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.score_update=official",
                            "allocator.signal=pg_loss"],
 }
-VARIANT = "rgdro-rest"  # the pilot's choice (docs/results.md); set before any table row ran
+VARIANT = "rgdro-frozen"  # the pilot's choice (docs/results.md), set before its table rows ran
 PAPER_REGIME: dict[str, list[str]] = {
     **{m: ALLOCATION[m] for m in ("grpo", "oracle", "prompt-gdro", "rollout-gdro")},
     VARIANT: VARIANTS[VARIANT],
