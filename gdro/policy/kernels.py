@@ -69,8 +69,7 @@ def _token_logprobs(head, hidden: torch.Tensor, tokens: torch.Tensor, temperatur
 
     ``entropy``: an empty list receives the ``(n,)`` entropies (detached); once it holds them (the backward's
     recomputation under activation checkpointing) they are not computed again."""
-    logits = _upcast(head(hidden)) / temperature
-    logp = torch.log_softmax(logits, dim=-1)
+    logp = torch.log_softmax(_upcast(head(hidden)) / temperature, dim=-1)  # the logits freed before the entropy
     if entropy is not None and not entropy:
         entropy.append(_entropy(logp))
     return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
@@ -135,8 +134,7 @@ def completion_token_logprobs(head, states: torch.Tensor, tokens: torch.Tensor, 
     """
     sink = _ENTROPY.get()
     if full:
-        logits = _upcast(head(states)) / temperature
-        logp = torch.log_softmax(logits, dim=-1)
+        logp = torch.log_softmax(_upcast(head(states)) / temperature, dim=-1)  # the logits freed before the entropy
         if sink is not None:
             sink.append(_entropy(logp))
         return logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
