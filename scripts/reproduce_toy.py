@@ -96,7 +96,7 @@ ALLOCATION: dict[str, list[str]] = {
 # --preset paper-regime (issue #36): experiment=toy-paper-regime, the paper's any-of-8 bins over a pool that starts
 # mostly in accbin_0 (docs/results.md, "The paper regime (issue #36)": protocol, pilot, table). Rows: GRPO, the
 # label-reading oracle, Prompt-GDRO and Rollout-GDRO as in #31's table, the Rollout-GDRO dual-dynamics variant the
-# pilot chose (VARIANT), Knapsack RL and the field's two per-prompt samplers (learnability = LILO, MoPPS). The same
+# pilot chose (VARIANT), the paper preset's Rollout-GDRO, Knapsack RL and the field's two per-prompt samplers (learnability = LILO, MoPPS). The same
 # rows run in #31's regime with --preset allocation-36 (the rows #31 measured with unchanged code are reused there).
 # Pilot rows (--preset paper-regime-variants, seeds 100-101, never in the table): the dual-dynamics options of
 # Rollout-GDRO (issue #36 item 4).
@@ -109,7 +109,7 @@ VARIANTS: dict[str, list[str]] = {
     "rgdro-symmetric": ["sampler=uniform", "allocator=rollout-gdro", "allocator.n_max=6"],
     # added by the protocol's amendment (docs/results.md), before its runs
     "rgdro-variance-rest": ["sampler=uniform", "allocator=rollout-gdro-variance", *N_MAX_A, "allocator.mu_target=rest"],
-    # the paper preset's arm scores (official, pg_loss): GRPO on this toy (one mini-batch: pg_loss is 0 per prompt)
+    # the paper preset's arm scores (official update on pg_loss, experiment=paper-rollout-gdro's allocator)
     "rgdro-paper-preset": ["sampler=uniform", "allocator=rollout-gdro", *N_MAX_A, "allocator.score_update=official",
                            "allocator.signal=pg_loss"],
 }
@@ -117,6 +117,7 @@ VARIANT = "rgdro-frozen"  # the pilot's choice (docs/results.md), set before its
 PAPER_REGIME: dict[str, list[str]] = {
     **{m: ALLOCATION[m] for m in ("grpo", "oracle", "prompt-gdro", "rollout-gdro")},
     VARIANT: VARIANTS[VARIANT],
+    "rgdro-paper-preset": VARIANTS["rgdro-paper-preset"],  # added by the protocol's second amendment
     "knapsack": ALLOCATION["knapsack"],
     "learnability": ["sampler=learnability", "allocator=fixed"],
     "mopps": ["sampler=mopps", "allocator=fixed"],
