@@ -10,7 +10,7 @@ log-softmax run on chunks of real (unpadded) completion positions, each under ac
 
 The policy's entropy comes from the same log-softmax (:func:`recording_entropy`): while the update records it, the
 ending also returns each position's full-softmax entropy, detached, computed from the log-softmax it already holds a
-few positions at a time (``ENTROPY_CHUNK_ELEMENTS``), so no second forward and no further full-vocabulary tensor.
+chunk of positions at a time (``ENTROPY_CHUNK_ELEMENTS``), so no second forward and no further full-vocabulary tensor.
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ LOGITS_CHUNK_ELEMENTS = 2**26  # float32 logits alive at once (256 MiB): ~440 po
 # Causal LMs whose logits are exactly ``lm_head(base_model(...).last_hidden_state)`` (no soft-capping or scaling):
 # only these take the chunked path; any other model computes full logits and chunks the log-softmax only.
 SPLIT_HEAD_MODEL_TYPES = frozenset({"qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "llama", "mistral"})
-ENTROPY_CHUNK_ELEMENTS = 2**22  # float32 values of the entropy's one temporary (16 MiB), however large the logits
+# the entropy's one temporary: at most a chunk of logits, whose float32 logits the log-softmax freed just before (so the
+# peak stays the log-softmax's); large enough to be the allocator's own mapping, returned to the system when freed
+ENTROPY_CHUNK_ELEMENTS = LOGITS_CHUNK_ELEMENTS
 
 # while the update records the entropy: where each ending puts its (B, L) per-position entropy (recording_entropy)
 _ENTROPY: ContextVar[list[torch.Tensor] | None] = ContextVar("gdro_entropy", default=None)
