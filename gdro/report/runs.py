@@ -25,6 +25,11 @@ DISPLAY_NAMES = {
     "rollout-gdro-variance": "Rollout-GDRO (variance signal)",
     "uniform+fixed+dynamic": "Dynamic sampling (DAPO)",
     "dynamic": "Dynamic sampling (DAPO)",
+    "learnability+fixed": "Learnability (LILO)",
+    "mopps+fixed": "MoPPS",
+    "rgdro-frozen": "Rollout-GDRO, μ frozen (released code)",
+    "rgdro-paper-preset": "Rollout-GDRO, paper preset (official scores on pg_loss)",
+    "rgdro-variance-rest": "Rollout-GDRO, variance signal, μ against the rest mean",
     "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
     "skip": "Pre-rollout skip (GRESO-style)",
 }
