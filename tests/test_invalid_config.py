@@ -92,7 +92,7 @@ CASES = [
     ("sampler=mopps sampler.prior_alpha=0", "sampler.prior_alpha=0"),
     # options, targets and override syntax
     ("sampler=nope", "sampler=nope"),
-    ("loss=nope", "loss=nope: no such option (available: dr-grpo, grpo, gspo)"),
+    ("loss=nope", "loss=nope: no such option (available: bnpo, cispo, dapo, dr-grpo, grpo, gspo, sapo)"),
     ("sampler._target_=nope.Nope", "sampler._target_"),
     ("steps=[1,2", "steps=[1,2"),
 ]
