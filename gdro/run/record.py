@@ -59,7 +59,7 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], dist: 
     diffs = config_differences(meta["config"], resolved, ignore=RESUMABLE_CHANGES)
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
-                          f"(only steps, device and lock.* may change): " + "; ".join(diffs))
+                          f"(only steps, device, lock.* and samples.* may change): " + "; ".join(diffs))
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
     try:
