@@ -9,7 +9,7 @@
     make_policy        the model, its frozen reference, its rollout engine, sharded across processes where there are
     make_logger        metrics.jsonl and W&B (training; gdro.run.record.open_logger)
 
-then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Run), paired as a :class:`Training`.
+then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Lifecycle), paired as a :class:`Training`.
 
 Everything cheap is built and validated first, so a bad value fails with a message naming its key before any model
 is loaded. The execution layer (how a step runs: ``Forward``, the ``Dist`` strategy) is built here and handed in.
@@ -18,6 +18,7 @@ is loaded. The execution layer (how a step runs: ``Forward``, the ``Dist`` strat
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,17 +28,19 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gdro import distributed
+from gdro import distributed, process_group
 from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
 from gdro.filters import Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
-from gdro.models.loading import Policy, model_provenance
+from gdro.models.loading import Policy, lora_target_problem
+from gdro.models.source import model_provenance
 from gdro.policy import Forward
-from gdro.run.lifecycle import Run
+from gdro.run.lifecycle import Lifecycle
 from gdro.run.lock import LockConfig
 from gdro.run.record import open_logger, open_run_dir, resume_point, run_meta
-from gdro.trainer import RunConfig, Trainer
+from gdro.run.settings import RunSettings
+from gdro.trainer import Trainer
 from gdro.validate import ConfigError, validate_config
 
 if TYPE_CHECKING:
@@ -68,7 +71,7 @@ COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML 
 class Components:
     """Validated, model-free parts of a run: the run settings and each config group's component."""
 
-    run: RunConfig
+    settings: RunSettings
     model: ModelSpec
     data: ProblemSource
     classifier: DifficultyClassifier
@@ -93,7 +96,7 @@ def build_components(cfg: DictConfig) -> Components:
     Unknown keys, wrong types, ranges and cross-field rules fail here as a one-line ConfigError naming the key;
     no model or dataset is loaded.
     """
-    run, parts = validate_config(cfg, COMPONENTS, RunConfig)
+    run, parts = validate_config(cfg, COMPONENTS, RunSettings)
     try:  # cross-group rule: the allocator must be able to meet the mean budget n̄ (Eq. 19 feasible)
         parts["allocator"].check_budget(run.rollouts_per_prompt)
     except ValueError as err:
@@ -152,8 +155,8 @@ def place(threads: int | None, device: str, *, seed: int | None = None) -> torch
         torch.set_num_threads(threads)
     if seed is not None:
         torch.manual_seed(seed)
-    distributed.export_job_environment()  # a submitit job of several tasks: one process per task
-    return distributed.place(resolve_device(device))
+    process_group.export_job_environment()  # a submitit job of several tasks: one process per task
+    return process_group.place(resolve_device(device))
 
 
 def join_processes(cfg: DistConfig, device: torch.device, prompts_per_step: int) -> Dist:
@@ -232,34 +235,28 @@ def make_logger(run_dir: Path, cfg: LoggerConfig, *, run_name: str, meta: dict[s
 
 @dataclass
 class Training:
-    """A training run as the composition root wires it: the algorithm (``trainer``) inside its lifecycle (``run``).
-    :meth:`fit` is ``run.fit(trainer)``; the algorithm's parts read through (``training.policy`` is
-    ``training.trainer.policy``), as they did when one class held both."""
+    """A training run as the composition root wires it: the algorithm (``trainer``) inside its lifecycle
+    (``lifecycle``). :meth:`fit` is ``lifecycle.fit(trainer)``."""
 
-    run: Run
+    lifecycle: Lifecycle
     trainer: Trainer
 
     def fit(self) -> list[dict[str, Any]]:
-        return self.run.fit(self.trainer)
+        return self.lifecycle.fit(self.trainer)
 
     @property
     def logger(self) -> MetricLogger:
-        return self.run.logger
-
-    def __getattr__(self, name: str) -> Any:
-        if name in ("run", "trainer"):  # not set yet (copying, unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.trainer, name)
+        return self.lifecycle.logger
 
 
-def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Training:
+def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Training:
     """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer in its run.
 
     Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
     the model loads.
     """
     comp = build_components(cfg)
-    run, spec = comp.run, comp.model
+    run, spec = comp.settings, comp.model
     device = place(run.threads, run.device, seed=run.seed)
     dist = join_processes(comp.dist, device, run.prompts_per_step)
     if comp.model.lora.enabled and dist.world > 1:
@@ -275,17 +272,22 @@ def build_trainer(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | N
         "train": len(splits.problems["train"]), "test": len(splits.problems["test"]),
         "dropped_long_prompts": splits.dropped})
     meta["model"] = model_provenance(spec)  # which weights: the path read, a fallback used, how gdro built them
+    problem = lora_target_problem(spec)  # LoRA targets the model lacks: refused before the run dir opens
+    if problem is not None:
+        raise ConfigError(problem)
     record = open_run_dir(run_dir, OmegaConf.to_yaml(cfg, resolve=True), meta, ckpt_meta, dist)
     policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
                          reference=comp.loss.beta_kl > 0)
     logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
                          resume=resume, dist=dist, choices=choices, seed=run.seed)
     sampling = comp.rollout.sampling(spec.max_new_tokens)
+    if comp.optim.engine_is_mode != "none":  # the engine-trainer importance weight reads the engine's log-probs
+        sampling = dataclasses.replace(sampling, logprobs=True)
     trainer = Trainer(
-        run=run, models=policy, reward=comp.reward,
+        settings=run, policy=policy, reward=comp.reward,
         controllers=Controllers(comp.sampler, comp.allocator, comp.classifier),
         problems=Problems(splits.problems["train"], splits.problems["test"]),
-        loss_cfg=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, filter=comp.filter,
+        loss=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, filter=comp.filter,
         forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
     )
-    return Training(Run(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)
+    return Training(Lifecycle(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # `python -m gdro.cli` (torchrun, tests): a Ctrl-C from here on is one line (gdro.entry)
-    from gdro.entry import interrupt_at_once
+if __name__ == "__main__":  # `python -m gdro.cli` (torchrun, tests): a Ctrl-C from here on is one line (gdro.interrupt)
+    from gdro.interrupt import interrupt_at_once
 
     interrupt_at_once("gdro-train")
 
@@ -35,6 +35,7 @@ from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's s
     precheck,
     user_errors,
 )
+from gdro.interrupt import BEFORE_THE_RUN, say
 
 if TYPE_CHECKING:
     from gdro.run.lock import RunDirLock
@@ -57,13 +58,14 @@ def _train(cfg: DictConfig) -> float | None:
 
 
 def _job(cfg: DictConfig) -> float | None:
-    from gdro.build import build_trainer
+    from gdro.build import build_training
     from gdro.rollout.base import close_engine
     from gdro.run.lifecycle import Interrupted, StopRequest
 
     hc = HydraConfig.get()
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     run_dir = Path(hc.runtime.output_dir)
+    say("gdro-train", BEFORE_THE_RUN)  # (a sweep's next job: its own run has not begun)
     if not cfg.progress:  # no bars at all, transformers' own either (loading and writing weights): stderr is errors
         from transformers.utils import logging as hf_logging
 
@@ -75,21 +77,32 @@ def _job(cfg: DictConfig) -> float | None:
             _save_hydra_files(cfg, run_dir)  # Hydra's own (conf/train.yaml: output_subdir null), now that we own it
             if lock.takeover():
                 log.warning("%s", lock.takeover())
-        training = build_trainer(cfg, run_dir, choices=choices)  # the algorithm (.trainer) in its lifecycle (.run)
-        training.run.stop = stop
+        training = build_training(cfg, run_dir, choices=choices)  # the algorithm (.trainer) in its lifecycle (.lifecycle)
+        training.lifecycle.stop = stop
         # what exists now (modules, model, data, controllers) lives for the whole run: out of the cyclic collector's
         # scans (measured on the toy: GC time 0.48 -> 0.14 s per 25 steps)
         gc.freeze()
         try:
-            rows = training.run.fit(training.trainer)
+            rows = training.lifecycle.fit(training.trainer)
         except Interrupted as err:
+            say("gdro-train", None, 128 + err.signum)  # a Ctrl-C from here on: no second line
             print(f"gdro-train: {err}; run the same command again to resume", file=sys.stderr)
             sys.exit(128 + err.signum)
         except KeyboardInterrupt:  # a second Ctrl-C: fit() marked run.json interrupted; stop now (no W&B finish)
             _stop_now(lock, "at once by a second Ctrl-C (the run is marked interrupted)")
+        except BaseException:  # the run failed: what a Ctrl-C says from here on (its handler is back after the lock)
+            say("gdro-train", "while the run was ending on an error (see run.json); run the same command again")
+            raise
+        else:  # completed: a Ctrl-C from now on (the run's handler gone) says so
+            say("gdro-train", "after the run had completed (nothing was lost)")
         finally:
-            training.run.logger.close()
-            close_engine(training.trainer.engine)  # vLLM: shut down here, not whenever the collector gets to it
+            training.lifecycle.logger.close()
+            close_engine(training.trainer.policy.engine)  # vLLM: shut down here, not whenever the collector gets to it
+    if stop.requested:  # a signal after the last step's checkpoint: the run completed all the same
+        say("gdro-train", None, 128 + stop.signum)
+        print(f"gdro-train: {signal.Signals(stop.signum).name} received at the end of the run: it completed (final "
+              f"step {cfg.steps}, run dir {run_dir}); there is nothing to resume", file=sys.stderr)
+        sys.exit(128 + stop.signum)
     evals = [r for r in rows if any(k.startswith("eval/mean@") for k in r)]
     if evals:
         key = next(k for k in evals[-1] if k.startswith("eval/mean@") and "/level_" not in k)
@@ -132,6 +145,7 @@ class SweepReport(Callback):
     environment), so the report works for jobs in other processes too. Registered in conf/train.yaml."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
+        _check_job_dirs()  # a job whose run dir cannot be created is reported too, not fatal
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
         os.environ[SWEEP_REPORT_ENV] = str(sweep_dir / f".gdro-sweep-{os.getpid()}-{os.urandom(4).hex()}.jsonl")
         _sweep_failures.clear()
@@ -155,6 +169,46 @@ def _record_failed_job(hc: DictConfig, err: UserExit) -> None:
     except OSError:
         print(err.line, file=sys.stderr)
         raise err from None
+
+
+def _job_dir_checked(run_job):
+    """Hydra's ``run_job`` with the job's run dir checked first in a sweep: Hydra creates it before the job starts,
+    so a dir it cannot create (a file in the way, an unwritable parent) ended the whole sweep in a traceback. Such a
+    job is now reported at the sweep's end, one line (status 74), and the sweep goes on."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from gdro.run.ioerrors import check_creatable
+
+    def run(task_function, config, job_dir_key, job_subdir_key, *args, **kwargs):
+        if job_subdir_key is None or SWEEP_REPORT_ENV not in os.environ:
+            return run_job(task_function, config, job_dir_key, job_subdir_key, *args, **kwargs)
+        HydraConfig.instance().set_config(config)  # the ${hydra:...} of the job's dir, as run_job resolves it
+        out = Path(str(OmegaConf.select(config, job_dir_key)), str(OmegaConf.select(config, job_subdir_key)))
+        try:
+            with errors_kept(), user_errors():
+                check_creatable(out)
+        except UserExit as err:
+            _record_failed_job(config.hydra, err)
+            return JobReturn(overrides=list(config.hydra.overrides.task), status=JobStatus.COMPLETED,
+                             _return_value=None)
+        return run_job(task_function, config, job_dir_key, job_subdir_key, *args, **kwargs)
+
+    run.checks_job_dir = True
+    return run
+
+
+def _check_job_dirs() -> None:
+    """Give the launchers (Hydra's basic one; submitit's, where installed: its job processes import this module with
+    the job) :func:`_job_dir_checked`'s ``run_job``."""
+    import importlib
+
+    for name in ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"):
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # submitit's launcher is an optional plugin
+            continue
+        if not getattr(module.run_job, "checks_job_dir", False):
+            module.run_job = _job_dir_checked(module.run_job)
 
 
 def _detach_log_file(run_dir: Path) -> None:
@@ -186,12 +240,12 @@ def train() -> None:
     starts the job; any other is checked for being creatable, then locked in the job. Hydra itself writes nothing
     into a run dir before the job holds its lock (its ``.hydra/`` files are written by the job, its log file is
     opened at the first line logged). Run as ``gdro-train`` or ``python -m gdro.cli``, a Ctrl-C before the run's own
-    handler is in place is one line, status 130 (gdro.entry).
+    handler is in place is one line, status 130 (gdro.interrupt).
     """
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     cfg = precheck(sys.argv[1:], "train", _check_train)  # every job checked with the overrides as written
     sys.argv[1:] = sweep_safe(sys.argv[1:], "train")
-    from gdro.distributed import join_before_hydra
+    from gdro.process_group import join_before_hydra
 
     sys.argv += join_before_hydra(sys.argv[1:])  # several processes (torchrun): one run dir, rank 0 writes it
     with job_log_files_closed():  # a later command in this process does not log into this run's file
@@ -205,9 +259,9 @@ def train() -> None:
 
 def _main_process() -> bool:
     """Whether this process writes the run dir: rank 0 under torchrun or a submitit job of several tasks."""
-    from gdro.distributed import export_job_environment
+    from gdro.process_group import export_job_environment
 
-    export_job_environment()  # a submitit task learns its rank here (idempotent; build_trainer calls it too)
+    export_job_environment()  # a submitit task learns its rank here (idempotent; build_training calls it too)
     return os.environ.get("RANK", "0") in ("", "0")
 
 
@@ -310,5 +364,14 @@ _MISSING = object()
 
 
 
+if SWEEP_REPORT_ENV in os.environ:  # a sweep's job process (submitit): its launcher checks the job's dir too
+    _check_job_dirs()
+
 if __name__ == "__main__":
-    train()
+    from gdro.interrupt import exit_now
+
+    try:
+        train()
+    except SystemExit as stop:
+        exit_now("gdro-train", stop.code, "after the run had ended (nothing was lost)")
+    exit_now("gdro-train", 0, "after the run had ended (nothing was lost)")

@@ -10,7 +10,7 @@ same order. Each rank scores its own rows and the verdicts are all-gathered as w
 time bound depends on timing). Advantages, multipliers, the controllers' feedback and the metrics are then
 computed on every rank alike. The update is data-parallel: each rank forwards and backwards only its own shard's rows, with
 the loss's denominators (token-mean over the whole mini-batch) taken from the whole batch, and FSDP2
-(``torch.distributed.fsdp.fully_shard``) reduce-scatters the gradients (their mean, times the world size), so the update equals the
+(``torch.distributed.fsdp.fully_shard``, :mod:`gdro.fsdp`) reduce-scatters the gradients (their mean, times the world size), so the update equals the
 one-process update on the same rollouts up to float rounding. The controllers' per-response losses are
 summed over ranks (each row is computed on exactly one rank).
 
@@ -20,15 +20,14 @@ exactly what a two-process run samples: ``tests/test_distributed.py`` compares t
 All of this is a strategy the composition root picks once (:func:`init`): :class:`Dist` is the one-process form,
 whose collectives are identities and whose decisions are the plain ones (as a silent logger writes nothing), and
 :class:`ProcessGroupDist` the form over a ``torch.distributed`` process group. The trainer and the update call the
-same methods either way and never branch on the number of processes; a new backend is one more subclass.
+same methods either way and never branch on the number of processes; a new backend is one more subclass. How the
+processes find each other before that (the world size, the process group joined before Hydra starts, each process's
+device) is :mod:`gdro.process_group`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
-import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,10 +35,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from gdro.models.loading import process_device
+from gdro.fsdp import is_sharded, shard_fsdp
+from gdro.process_group import env_world_size, resolve_backend
 from gdro.rollout.base import RolloutBatch, concat_rollouts
 
-log = logging.getLogger("gdro")
 BACKENDS = ("auto", "gloo", "nccl")
 
 
@@ -57,59 +56,6 @@ class DistConfig:
         if self.shards is not None and (isinstance(self.shards, bool) or not isinstance(self.shards, int)
                                         or self.shards < 1):
             raise ValueError(f"shards must be an integer >= 1 or null, got {self.shards!r}")
-
-
-def export_job_environment() -> None:
-    """Inside a submitit job of several tasks (``hydra/launcher=slurm`` or ``submitit_local`` with
-    ``tasks_per_node`` > 1), set the variables ``torchrun`` would set (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT) from the job's environment; elsewhere nothing changes."""
-    if "WORLD_SIZE" in os.environ or "SUBMITIT_EXECUTOR" not in os.environ:
-        return
-    from submitit import JobEnvironment
-    from submitit.helpers import TorchDistributedEnvironment
-
-    if JobEnvironment().num_tasks > 1:
-        TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
-
-
-def resolve_backend(backend: str, cuda: bool) -> str:
-    """``auto`` → nccl on CUDA, gloo on the CPU; any other name as it is."""
-    return backend if backend != "auto" else ("nccl" if cuda else "gloo")
-
-
-def env_world_size() -> int:
-    """The world size ``torchrun`` (or :func:`export_job_environment`) announces (1 without it)."""
-    try:
-        return max(1, int(os.environ.get("WORLD_SIZE", "1")))
-    except ValueError:
-        return 1
-
-
-def place(device: torch.device) -> torch.device:
-    """This process's device: under ``torchrun`` on CUDA without an index, its own GPU (``LOCAL_RANK``)."""
-    return process_device(device, env_world_size())
-
-
-def join_before_hydra(argv: list[str]) -> list[str]:
-    """Under ``torchrun`` (several processes): join the process group before Hydra starts, so that every process
-    resolves the run dir's ``${now:...}`` to rank 0's start time (one run dir); returns the overrides that make
-    only rank 0 write Hydra's files and log there (the others log to stdout). One process: nothing, ``[]``."""
-    if env_world_size() == 1:
-        return []
-    import datetime
-
-    from omegaconf import OmegaConf
-
-    backend = resolve_backend(next((a.split("=", 1)[1] for a in argv if a.startswith("dist.backend=")), "auto"),
-                              torch.cuda.is_available())
-    if not torch.distributed.is_initialized():
-        torch.distributed.init_process_group(backend=backend)
-    if backend == "nccl":
-        place(torch.device("cuda"))
-    box = [datetime.datetime.now()]
-    torch.distributed.broadcast_object_list(box, src=0)
-    OmegaConf.register_new_resolver("now", lambda pattern: box[0].strftime(pattern), use_cache=True, replace=True)
-    return ["hydra.output_subdir=null", "hydra/job_logging=stdout"] if torch.distributed.get_rank() > 0 else []
 
 
 class Dist:
@@ -186,7 +132,7 @@ class Dist:
 
     def score(self, reward, roll: RolloutBatch, golds: list[str], local: np.ndarray | None):
         """The step's verdicts (``reward.score`` on every row)."""
-        return reward.score(roll.texts, golds, roll.finished)
+        return reward.score(roll.texts, golds, roll.finished, roll.lengths)
 
     def sync_engine(self, engine, policy: torch.nn.Module) -> None:
         """The engine samples from the updated policy (HF: the policy itself; vLLM: its weights, a LoRA policy's
@@ -293,7 +239,8 @@ class ProcessGroupDist(Dist):
         """Each process scores its own rows and the verdicts are all-gathered: the reward's time bound makes a
         verdict depend on timing, so processes scoring the same row could disagree and their controllers drift
         apart."""
-        mine = reward.score([roll.texts[i] for i in local], [golds[i] for i in local], roll.finished[local])
+        mine = reward.score([roll.texts[i] for i in local], [golds[i] for i in local], roll.finished[local],
+                            roll.lengths[local])
         rewards, correct = np.zeros(len(roll), dtype=np.float64), np.zeros(len(roll), dtype=bool)
         counts: dict[str, int] = {}
         for rows, batch in self.all_gather_object((local, mine)):
@@ -324,7 +271,7 @@ class ProcessGroupDist(Dist):
         return self.sum_array(pg), self.sum_array(kl), dict(zip(keys, (float(v) for v in summed)))
 
     def shard(self, model: torch.nn.Module) -> torch.nn.Module:
-        return shard_fsdp(model, self, self.cfg)
+        return shard_fsdp(model, self.mesh, self.cfg.reshard_after_forward)
 
     def full_state_dict(self, model: torch.nn.Module, *, rank0_only: bool = False) -> dict[str, torch.Tensor]:
         """A collective: every process must call it (rank0_only: on rank 0 in host memory, empty elsewhere)."""
@@ -403,46 +350,6 @@ def shard_groups(n: Sequence[int], shards: int) -> list[np.ndarray]:
         owner[g] = s
         load[s] += n[g]
     return [np.flatnonzero(owner == s) for s in range(shards)]
-
-
-def shard_fsdp(model: torch.nn.Module, dist: Dist, cfg: DistConfig) -> torch.nn.Module:
-    """FSDP2 over the world: each decoder layer its own unit, then the whole model (embedding, norm, head).
-    FSDP averages gradients over the processes, so the trainer scales each process's loss (already normalised by
-    the whole batch's denominators) by the world size: the update is the sum."""
-    from torch.distributed.fsdp import fully_shard
-
-    layers = getattr(getattr(model, "model", None), "layers", None)
-    if layers is None:
-        raise ValueError(f"FSDP: {type(model).__name__} has no .model.layers to shard")
-    for layer in layers:
-        fully_shard(layer, mesh=dist.mesh, reshard_after_forward=cfg.reshard_after_forward)
-    fully_shard(model, mesh=dist.mesh, reshard_after_forward=cfg.reshard_after_forward)
-    # the log-prob paths call the backbone and the LM head apart (so that no full-vocabulary logits exist); run them
-    # inside one call of the root unit, so that its parameters (embedding, final norm, head) are gathered for both
-    from torch.distributed.fsdp import register_fsdp_forward_method
-
-    model.gdro_call = types.MethodType(_call, model)
-    register_fsdp_forward_method(model, "gdro_call")
-    return model
-
-
-def _call(self, fn, *args, **kwargs):
-    out = fn(*args, **kwargs)
-    # FSDP hooks the backward on these outputs; a view (e.g. squeeze) would let a later in-place op drop that hook
-    if isinstance(out, tuple):
-        return tuple(t.clone() if isinstance(t, torch.Tensor) and t._base is not None else t for t in out)
-    return out.clone() if isinstance(out, torch.Tensor) and out._base is not None else out
-
-
-def in_root(model, fn, *args, **kwargs):
-    """``fn(*args, **kwargs)`` inside the sharded root's gathered parameters (plainly for a model not sharded)."""
-    call = getattr(model, "gdro_call", None)
-    return call(fn, *args, **kwargs) if call is not None else fn(*args, **kwargs)
-
-
-def is_sharded(model) -> bool:
-    """Whether ``model`` is sharded by :func:`shard_fsdp` (its forwards are collectives)."""
-    return getattr(model, "gdro_call", None) is not None
 
 
 class SilentLogger:

@@ -1,52 +1,50 @@
-"""Console entry points that are safe to interrupt from their first instruction.
+"""Console entry points that are safe to interrupt from their first instruction to their last: each installs the
+one-line Ctrl-C handler (gdro.interrupt) before it imports its command's module (Hydra, torch, transformers), and
+ends without the interpreter's teardown, in which a Ctrl-C would kill the process with no word
+(:func:`gdro.interrupt.exit_now`). A Ctrl-C is one line and status 130 at every moment, or, once the command has
+said its own line, its own status.
 
-A Ctrl-C that lands while Python imports torch, Hydra or transformers cuts the import in half; any later import of
-the same module (an error handler that imports gdro.build, say) may then segfault or abort in C++. So the entry
-points install :func:`interrupt_at_once` before they import anything heavy: until the run installs its own handler
-(gdro.run.lifecycle.StopRequest: finish the step, save, exit), a SIGINT prints one line and ends the process with status
-130 without running any more Python (``os._exit``: no half-imported module is touched again, nothing is written).
-What has been written before that moment stays as it was (a lock the process held is dropped by the kernel; the
-next start takes the dir over and notes it in its log).
-
-Only the interpreter's own start-up (a few tens of milliseconds before the first line of gdro runs) is outside it.
-This module imports nothing but the standard library's ``contextlib``, ``os``, ``signal`` and ``sys``.
+This module imports nothing at its top but importlib and gdro.interrupt (standard library only).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import sys
+import importlib
+from typing import NoReturn
 
-EXIT_INTERRUPTED = 128 + signal.SIGINT
+from gdro.interrupt import BEFORE_THE_RUN, exit_now, interrupt_at_once
+
+WHILE_RUNNING = "before it finished (what it had written stays; run the same command again)"
+AFTER_FINISHING = "after it had finished (its output is complete)"
 
 
-def interrupt_at_once(prog: str, what: str = "before the run began; run the same command again to start or "
-                                            "resume it") -> object:
-    """From now on (until another handler replaces it), SIGINT prints ``<prog>: stopped by Ctrl-C <what>`` on
-    stderr and exits 130 at once. Returns the handler it replaced (to restore: ``signal.signal(SIGINT, old)``).
-    Main thread only (elsewhere a no-op, as ``signal.signal`` allows no other)."""
-    line = f"{prog}: stopped by Ctrl-C {what}\n".encode()
-
-    def handler(signum: int, frame: object) -> None:
-        for stream in (sys.stdout, sys.stderr):  # what was printed before stays printed (best effort: the stream
-            with contextlib.suppress(Exception):  # may be mid-write in the interrupted frame)
-                stream.flush()
-        try:
-            os.write(2, line)
-        finally:
-            os._exit(EXIT_INTERRUPTED)
-
+def _command(prog: str, target: str, during: str, after: str) -> NoReturn:
+    """Install the handler, then import ``target`` (``module:function``), run it and end through ``exit_now``."""
+    interrupt_at_once(prog, during)
+    module, _, name = target.partition(":")
+    main = getattr(importlib.import_module(module), name)
     try:
-        return signal.signal(signal.SIGINT, handler)
-    except ValueError:  # not the main thread
-        return signal.getsignal(signal.SIGINT)
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    exit_now(prog, code, after)
 
 
-def train() -> None:
+def train() -> NoReturn:
     """Console script ``gdro-train``: the handler first, then gdro.cli (Hydra, and later torch) is imported."""
-    interrupt_at_once("gdro-train")
-    from gdro.cli import train as run
+    _command("gdro-train", "gdro.cli:train", BEFORE_THE_RUN, "after the run had ended (nothing was lost)")
 
-    run()
+
+def evaluate() -> NoReturn:
+    """Console script ``gdro-eval``."""
+    _command("gdro-eval", "gdro.evaluation.evaluator:main", WHILE_RUNNING, AFTER_FINISHING)
+
+
+def report() -> NoReturn:
+    """Console script ``gdro-report``."""
+    _command("gdro-report", "gdro.report:main", WHILE_RUNNING, AFTER_FINISHING)
+
+
+def rescore() -> NoReturn:
+    """Console script ``gdro-rescore``."""
+    _command("gdro-rescore", "gdro.evaluation.rescore:main", WHILE_RUNNING, AFTER_FINISHING)

@@ -52,6 +52,8 @@ class RewardBatch:
     n_timeout: int  # deadline hit, or answer too large to verify in bounded time
     n_bad_gold: int  # gold could not be parsed: its completions score incorrect (fix the data)
     n_error: int = 0  # an exception while scoring (logged): scored as unparsable, but counted only here
+    n_formatted: int = 0  # in the format a format term rewards (gdro.grading.shaping), right or wrong
+    n_overlong: int = 0  # longer than L_max - L_cache: the overlong punishment applied (0 when it is off)
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,11 @@ class Reward(Protocol):
     (``class MyReward(Reward)``); gdro.grading.rewards.MathVerifyReward defines its own.
     """
 
-    def score(self, completions: Sequence[str], golds: Sequence[str], finished: Sequence[bool]) -> RewardBatch: ...
+    def score(self, completions: Sequence[str], golds: Sequence[str], finished: Sequence[bool],
+              lengths: Sequence[int] | None = None) -> RewardBatch:
+        """The verdicts and rewards of ``completions``; ``lengths``: their token counts (the trainer passes them, for
+        length-based shaping such as DAPO's overlong punishment; None where unknown, as in evaluation)."""
+        ...
 
     def metrics(self, batch: RewardBatch) -> dict[str, float]: ...
 

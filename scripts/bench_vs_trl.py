@@ -23,7 +23,7 @@ Sizes: ``tiny``, the shipped 0.8M-parameter model (gdro/assets/tiny-copy), and `
 Qwen3 of ~20M parameters (hidden 384, 8 layers, 6 query / 2 KV heads of 64, MLP 1792, tied embeddings) with the
 same character tokenizer, saved to a temporary directory so that both trainers load it from disk.
 
-Ours: a real ``Trainer`` from ``gdro.build.build_trainer`` on the composed config (uniform sampler without
+Ours: a real ``Trainer`` from ``gdro.build.build_training`` on the composed config (uniform sampler without
 shuffling, fixed allocator, no evaluation, checkpoints or saving); the time is the step's own ``time/step_s``
 (prompt sampling to the logged row; model loading and set-up excluded). Its split is the row's own
 (``time/gen_s``, ``time/reward_s``, ``time/ref_s`` and ``time/update_s``, which includes the reference forward and
@@ -227,18 +227,19 @@ def run_ours(path: str, args, run_dir: Path) -> dict[str, float]:
     """One step of a real trainer; its split is the trainer's own ``time/*`` keys."""
     from hydra import compose, initialize_config_dir
 
-    from gdro.build import build_trainer
+    from gdro.build import build_training
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=our_overrides(path, args))
-    trainer = build_trainer(cfg, run_dir)
+    training = build_training(cfg, run_dir)
+    trainer = training.trainer
     torch.set_num_threads(args.threads)
     try:
-        row = trainer.fit()[-1]
+        row = training.fit()[-1]
     finally:
-        trainer.logger.close()
+        training.logger.close()
     args.shared_prefix = trainer.optim_cfg.shared_prefix and trainer.optim_cfg.pack
-    args.prune_every = getattr(trainer.engine, "prune_every", 0)
+    args.prune_every = getattr(trainer.policy.engine, "prune_every", 0)
     step, gen, reward, upd, ref = (row[k] for k in ("time/step_s", "time/gen_s", "time/reward_s", "time/update_s",
                                                     "time/ref_s"))
     return {"step": step, "gen": gen, "reward": reward, "ref": ref, "update": upd - ref,

@@ -17,7 +17,7 @@ def main() -> None:
     import torch
 
     from gdro.data.synthetic import CopyTask
-    from gdro.models.loading import TINY_DIR
+    from gdro.models.source import TINY_DIR
     from gdro.models.tiny import build_tiny
 
     defaults = {k: v.default for k, v in inspect.signature(build_tiny).parameters.items()

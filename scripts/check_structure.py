@@ -1,15 +1,22 @@
-"""Structural checks of gdro/ measured from the files (issues 21, 29): function lengths, the central functions,
-imports that go up a floor, the algorithm's size (gdro/trainer.py's lines, ``Trainer``'s fields) and the run's
-lifecycle kept in one module. Exit status 1 when a limit is broken.
+"""Structural checks of gdro/ measured from the files (issues 21, 29, 38): function lengths, the central functions,
+imports that go up a floor, the algorithm's size (gdro/trainer.py's lines, ``Trainer``'s fields), the run's
+lifecycle kept in one module, no module over 400 lines, no import circle and no module ``__getattr__``. Exit status 1
+when a limit is broken.
 
-    python scripts/check_structure.py            # longest functions, Run._fit, ppo_update, upward imports, ...
+    python scripts/check_structure.py            # longest functions, Lifecycle._fit, ppo_update, upward imports, ...
     python scripts/check_structure.py --top 20   # more of the longest functions
+
+An import circle is a set of gdro modules that import each other, directly or through others (every import counts,
+a function's too: a lazy import still ties the modules); ``from gdro.pkg import name`` is an import of
+``gdro.pkg.name`` when that is a module, else of ``gdro.pkg`` (its ``__init__``). Only written imports count: the
+implicit import of a parent package that Python makes before a submodule is not an edge.
 
 A function's length is ``end_lineno - lineno + 1`` of its ``def`` (decorators excluded, docstring included). The
 floors are those of docs/architecture.md: a module may import only from its own floor or below. A field of
 ``Trainer`` is an annotated name in its class body (a dataclass field). The lifecycle -- what writes the run dir:
-checkpoints, the lock's checks, run.json -- lives in gdro/run/lifecycle.py and gdro/run/record.py: elsewhere gdro.run.checkpoint and gdro.run.lock are
-imported only for their configs, their error types, and (the entry point, before Hydra starts) the lock's holding.
+checkpoints, the lock's checks, run.json -- lives in gdro/run/lifecycle.py and gdro/run/record.py: elsewhere
+gdro.run.checkpoint and gdro.run.lock (with its gdro.run.lock_file and gdro.run.lock_holder) are imported only for
+their configs, their error types, and (the entry point, before Hydra starts) the lock's holding.
 """
 
 from __future__ import annotations
@@ -22,23 +29,24 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PKG = ROOT / "gdro"
 MAX_FUNCTION = 80
-CENTRAL = {("gdro/run/lifecycle.py", "Run._fit"): 60, ("gdro/trainer.py", "Trainer._step"): 60,
+MAX_MODULE_LINES = 400  # issue #38: one job per file
+CENTRAL = {("gdro/run/lifecycle.py", "Lifecycle._fit"): 60, ("gdro/trainer.py", "Trainer._step"): 60,
            ("gdro/policy/update.py", "ppo_update"): 60}
 TRAINER, MAX_TRAINER_LINES, MAX_TRAINER_FIELDS = "gdro/trainer.py", 250, 12
 LIFECYCLE = ("gdro/run/lifecycle.py", "gdro/run/record.py")  # what writes the run dir through gdro.run.checkpoint/lock
-LIFECYCLE_MODULES = ("gdro.run.checkpoint", "gdro.run.lock")
+LIFECYCLE_MODULES = ("gdro.run.checkpoint", "gdro.run.lock", "gdro.run.lock_file", "gdro.run.lock_holder")
 LIFECYCLE_ELSEWHERE = {"CheckpointConfig", "LockConfig", "CheckpointError", "RunDirLocked", "RunDirLock", "hold"}
 
 # docs/architecture.md, "Layers": each module's floor. A package's modules share its floor unless a module is listed
 # by its own dotted name (``run.lifecycle``), which wins.
 FLOORS = {
-    0: ["interfaces", "loss", "grading.passk", "controllers.bins", "controllers.bandit", "controllers.budget",
+    0: ["interfaces", "interrupt", "loss", "grading.passk", "controllers.bins", "controllers.bandit", "controllers.budget",
         "controllers.knapsack",
         "validate", "run.seeding"],  # records, contracts, math, seeds
     1: ["controllers"],  # stateful controllers
     2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
-    3: ["models", "rollout", "evaluation.heldout"],  # models and rollout engines
-    4: ["distributed", "policy"],  # the execution layer: how a step runs
+    3: ["models", "rollout", "evaluation.heldout", "run.settings"],  # models and rollout engines; the run settings (device check)
+    4: ["distributed", "process_group", "fsdp", "policy"],  # the execution layer: how a step runs
     5: ["trainer", "filters", "run.lifecycle", "run.record"],  # the loop: the algorithm (trainer) and its lifecycle (run)
     6: ["build"],  # the composition root
     7: ["cli", "entry", "app", "evaluation", "report"],  # entry points: gdro-train, gdro-eval, gdro-rescore, reports
@@ -76,8 +84,9 @@ def imports(tree: ast.AST):
 
 
 def lifecycle_imports(tree: ast.AST) -> list[tuple[int, str]]:
-    """(line, what) for each import of the lifecycle's writers: a name of gdro.run.checkpoint or gdro.run.lock beyond
-    :data:`LIFECYCLE_ELSEWHERE`, or either module as a whole."""
+    """(line, what) for each import of the lifecycle's writers: a name of a module of :data:`LIFECYCLE_MODULES`
+    (gdro.run.checkpoint, gdro.run.lock and the lock's own modules) beyond :data:`LIFECYCLE_ELSEWHERE`, or such a
+    module as a whole."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module in LIFECYCLE_MODULES:
@@ -99,16 +108,72 @@ def dataclass_fields(tree: ast.AST, cls: str) -> list[str]:
     return []
 
 
+def import_targets(tree: ast.AST, known: set[str]) -> set[str]:
+    """The gdro modules this module imports (module-level and lazy), resolved against ``known`` module names."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 and node.module.startswith("gdro"):
+            for a in node.names:
+                sub = f"{node.module}.{a.name}"
+                out.add(sub if sub in known else node.module)
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in known}
+    return {m for m in out if m in known}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted; sorted."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def module_getattr(tree: ast.Module) -> bool:
+    return any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--top", type=int, default=8, help="how many of the longest functions to list")
     args = ap.parse_args()
     lengths, upward, unplaced, lifecycle = [], [], [], []
     trainer_lines, trainer_fields = 0, []
+    big, getattrs, trees = [], [], {}
+    known = {module_name(p) for p in PKG.rglob("*.py")}
     for path in sorted(PKG.rglob("*.py")):
         rel, mod = path.relative_to(ROOT).as_posix(), module_name(path)
         text = path.read_text(encoding="utf-8")
         tree = ast.parse(text)
+        trees[mod] = tree
+        if (n_lines := len(text.splitlines())) > MAX_MODULE_LINES:
+            big.append(f"{rel}: {n_lines} lines")
+        if module_getattr(tree):
+            getattrs.append(rel)
         lengths += [(n, rel, name) for name, n in functions(tree)]
         if rel == TRAINER:
             trainer_lines, trainer_fields = len(text.splitlines()), dataclass_fields(tree, "Trainer")
@@ -146,6 +211,18 @@ def main() -> int:
     if unplaced:
         print("modules on no floor (add them to FLOORS): " + ", ".join(unplaced))
     failed |= bool(upward) or bool(unplaced)
+    print(f"modules over {MAX_MODULE_LINES} lines: {len(big)}")
+    for b in big:
+        print("  " + b)
+    graph = {m: import_targets(t, known) - {m} for m, t in trees.items()}
+    found = circles(graph)
+    print(f"import circles: {len(found)}")
+    for c in found:
+        print("  " + " <-> ".join(c))
+    print(f"module __getattr__ in gdro/: {len(getattrs)}")
+    for g in getattrs:
+        print("  " + g)
+    failed |= bool(big) or bool(found) or bool(getattrs)
     return 1 if failed else 0
 
 

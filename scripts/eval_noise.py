@@ -43,7 +43,7 @@ def main() -> None:
     report = {}
     for ckpt in args.checkpoints:
         spec = dataclasses.replace(comp.model, name_or_path=ckpt)
-        model, tok = load_model(spec, device=comp.run.device)
+        model, tok = load_model(spec, device=comp.settings.device)
         engine = make_engine(comp.rollout, model, tok, spec)
         rows = []
         for seed in args.seeds:

@@ -119,7 +119,8 @@ def phase_checks(args, out: Path) -> list[str]:
     from gdro.data.benchmarks import load_benchmark
     from gdro.data.filtering import drop_long_prompts
     from gdro.grading.rewards import MathVerifyReward
-    from gdro.models.loading import ModelSpec, format_prompt, load_model, load_tokenizer
+    from gdro.models.loading import ModelSpec, load_model, load_tokenizer
+    from gdro.models.prompts import format_prompt
     from gdro.rollout.base import SamplingParams
     from gdro.rollout.hf import HFGenerator
 

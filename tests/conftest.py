@@ -24,11 +24,13 @@ from hydra import compose, initialize_config_dir
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# one process: up to 2 threads; under pytest-xdist (the README's command: a worker per core) each worker one thread, so
+# the workers do not fight over the cores
+torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 # Tests never assert on wall-clock time: hypothesis' per-example deadline (200 ms by default) is off for every test,
 # so a busy machine cannot fail one (seen in CI: an allocator property took 385 ms once, 2.7 ms on the replay).
-from hypothesis import settings as _hypothesis_settings  # noqa: E402
+from hypothesis import settings as _hypothesis_settings
 
 _hypothesis_settings.register_profile("gdro", deadline=None)
 _hypothesis_settings.load_profile("gdro")

@@ -11,7 +11,8 @@ from hydra.utils import instantiate
 
 from gdro.data.arithmetic import ADD_PROMPT, AddTask, operand_range
 from gdro.evaluation.heldout import format_rates
-from gdro.grading.rewards import MathVerifyReward, last_number
+from gdro.grading.answers import last_number
+from gdro.grading.rewards import MathVerifyReward
 from tests.conftest import compose_cfg
 
 PAIR = re.compile(r"What is (\d+) \+ (\d+)\?")
@@ -80,7 +81,8 @@ def test_format_rates_count_boxes_and_end_tokens_per_level():
     finished = np.array([True, False, True, True, False])
     groups = np.array([0, 0, 1, 2, 2])  # problems 0, 1 at level 1; problem 2 at level 3
     out = format_rates(texts, finished, groups, [1, 1, 3])
-    assert out == pytest.approx({"eval/boxed": 40.0, "eval/finished": 60.0,
+    # final_box: finished with the answer in a final box: "\\boxed{9}" and "x \\boxed{1} y" (2 of 5)
+    assert out == pytest.approx({"eval/boxed": 40.0, "eval/finished": 60.0, "eval/final_box": 40.0,
                                  "eval/boxed/level_1": 100 / 3, "eval/finished/level_1": 200 / 3,
                                  "eval/boxed/level_3": 50.0, "eval/finished/level_3": 50.0})
 

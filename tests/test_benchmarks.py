@@ -9,18 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from gdro.data.benchmarks import (
-    BENCHMARKS,
-    GPQA_LETTERS,
-    MATH_SUFFIX,
-    DataFileError,
-    MalformedRow,
-    get_spec,
-    gpqa_options,
-    load_benchmark,
-    normalize_gold,
-    problems_from_rows,
-)
+from gdro.data.benchmark_rows import MalformedRow, gpqa_options, normalize_gold, problems_from_rows
+from gdro.data.benchmark_specs import BENCHMARKS, GPQA_LETTERS, MATH_SUFFIX, get_spec
+from gdro.data.benchmarks import DataFileError, load_benchmark
 from gdro.data.paper import DapoMath
 from gdro.grading.rewards import MathVerifyReward
 

@@ -48,7 +48,7 @@ def test_paper_experiment_values():
     assert comp.model.name_or_path == "Qwen/Qwen3-1.7B-Base"
     assert comp.model.dtype == "bfloat16"
     assert comp.loss.clip_low == 0.2 and comp.loss.clip_high == 0.28 and comp.loss.beta_kl == 0.001
-    assert comp.optim.lr == 1e-6 and comp.run.prompts_per_step == 256 and comp.run.rollouts_per_prompt == 4
+    assert comp.optim.lr == 1e-6 and comp.settings.prompts_per_step == 256 and comp.settings.rollouts_per_prompt == 4
     assert comp.reward.incorrect == -1.0
 
 
@@ -68,7 +68,7 @@ def test_toy_frontier_experiment_values():
     start, half sticky strings, pass@1 bins over recent visits."""
     comp = build_components(compose_cfg(["experiment=toy-frontier"]))
     data, clf = comp.data, comp.classifier
-    assert comp.run.steps * comp.run.prompts_per_step / data.train_size >= 18
+    assert comp.settings.steps * comp.settings.prompts_per_step / data.train_size >= 18
     assert data.max_level == 12 and data.sticky_frac == 0.5
     assert clf.estimator == "unbiased_passk" and clf.k == 1 and clf.window == 4
     assert len(data.train()) == 256

@@ -7,8 +7,8 @@ from transformers import AutoTokenizer
 
 from gdro.data.filtering import _CHUNK, drop_long_prompts, prompt_lengths
 from gdro.interfaces import Problem
-from gdro.models.loading import TINY_DIR
 from gdro.models.prompts import encode_prompts
+from gdro.models.source import TINY_DIR
 
 
 @pytest.fixture(scope="module")

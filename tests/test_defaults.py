@@ -21,6 +21,8 @@ against the YAML here, with this rule:
   values: the Python default mirrors the default option only.
 * Every key of every option is a parameter of its target, and every required parameter is set by every option
   (``gdro.validate`` checks the first at run time as well; here it is cheap and covers every option).
+* A key whose YAML value interpolates another group's key (``overlong_max_tokens: ${model.max_new_tokens}``)
+  has no single value a Python default could mirror: its Python default must be ``None`` (set from the config).
 * ``conf/eval_app.yaml`` picks the same default option as ``conf/train.yaml`` for each group both use, so "the
   default option" means one thing for both entry points (the toy benchmark, ``CopyTask(**entry).test()``, relies
   on ``CopyTask``'s defaults being ``conf/data/copy.yaml``'s).
@@ -39,13 +41,14 @@ from hydra.utils import get_object
 from omegaconf import OmegaConf
 
 from gdro.build import GROUPS
-from gdro.trainer import RunConfig
+from gdro.run.settings import RunSettings
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
 NOT_COMPONENT_GROUPS = {"experiment", "suite", "memory", "hydra"}  # presets | eval suites | per-size deltas | Hydra launchers
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
+FROM_GROUP = object()  # the YAML value interpolates another group's key (``${model.max_new_tokens}``)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -60,8 +63,12 @@ def raw_target(group: str, option: str) -> str:
 @functools.cache
 def composed(group: str, option: str) -> dict[str, Any]:
     """The option's node as ``gdro-train {group}={option}`` would build it (resolved, without ``_target_``)."""
+    raw = OmegaConf.to_container(compose_cfg([f"{group}={option}"])[group], resolve=False)
     node = OmegaConf.to_container(compose_cfg([f"{group}={option}"])[group], resolve=True)
     node.pop("_target_")
+    for key, value in raw.items():
+        if isinstance(value, str) and value.startswith("${") and value[2:].split(".")[0] in GROUPS:
+            node[key] = FROM_GROUP
     return node
 
 
@@ -130,6 +137,10 @@ def disagreements(target: Any, expected: dict[str, Any], where: str) -> list[str
             continue
         if key not in expected:
             out.append(f"{name}({key}={default!r}): a Python default that {where} does not list")
+        elif expected[key] is FROM_GROUP:
+            if default is not None:
+                out.append(f"{name}({key}={default!r}): {where} sets {key} from another group's key, so its Python "
+                           "default must be None")
         elif expected[key] is AMBIGUOUS:
             out.append(f"{name}({key}={default!r}): the options of {where} disagree on {key}, so it may have no "
                        "Python default")
@@ -196,9 +207,9 @@ def test_train_yaml_nodes_defaults_equal_their_dataclass(key, target):
 def test_run_config_defaults_equal_train_yaml_top_level_keys():
     cfg = compose_cfg()
     top = {str(k) for k in cfg} - set(GROUPS) - {"checkpoint", "dist", "lock"}
-    assert top == set(python_defaults(RunConfig)), "conf/train.yaml top-level keys vs RunConfig fields"
+    assert top == set(python_defaults(RunSettings)), "conf/train.yaml top-level keys vs RunSettings fields"
     values = {k: cfg[k] for k in top}
-    problems = disagreements(RunConfig, values, "conf/train.yaml")
+    problems = disagreements(RunSettings, values, "conf/train.yaml")
     assert not problems, "\n".join(problems)
 
 
@@ -228,6 +239,7 @@ def test_the_checker_itself():
     found = disagreements(Toy, {"b": 0.25, "c": [1, 2], "d": 1, "e": AMBIGUOUS}, "toy.yaml")
     assert [p.split("(")[1].split("=")[0] for p in found] == ["b", "d", "e"]
     assert "does not list" in disagreements(Toy, {"b": 0.5, "c": [1, 2], "d": True}, "toy.yaml")[0]
-    from gdro.grading.rewards import MathVerifyReward, RewardConfig
+    from gdro.grading.reward_config import RewardConfig
+    from gdro.grading.rewards import MathVerifyReward
 
     assert python_defaults(MathVerifyReward) == python_defaults(RewardConfig) != {}

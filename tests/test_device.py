@@ -8,10 +8,10 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from gdro.build import build_components, build_trainer
+from gdro.build import build_components, build_training
 from gdro.evaluation.evaluator import build_plan
 from gdro.models.loading import process_device, resolve_device
-from gdro.trainer import RunConfig
+from gdro.run.settings import RunSettings
 from gdro.validate import ConfigError
 from tests.conftest import CONF, FAST, compose_cfg
 
@@ -54,9 +54,9 @@ def test_cuda_without_cuda_is_a_one_line_error():
 
 
 def test_run_config_rejects_bad_devices_early():
-    assert RunConfig().device == "auto"
+    assert RunSettings().device == "auto"
     with pytest.raises(ValueError, match="device must be one of"):
-        RunConfig(device="tpu")
+        RunSettings(device="tpu")
     with pytest.raises(ConfigError) as err:
         build_components(compose_cfg(FAST + ["device=tpu"]))
     assert str(err.value) == "device=tpu: must be one of auto, cpu, cuda or cuda:N"
@@ -79,12 +79,13 @@ def test_eval_device_is_checked_before_the_model_loads():
 
 def _one_step(tmp_path: Path, device: str):
     cfg = compose_cfg(FAST + ["steps=1", f"device={device}"])  # beta_kl > 0 by default: a reference model too
-    trainer = build_trainer(cfg, tmp_path, choices={"sampler": "uniform", "allocator": "fixed"})
+    training = build_training(cfg, tmp_path, choices={"sampler": "uniform", "allocator": "fixed"})
+    trainer = training.trainer
     try:
-        rows = trainer.fit()
+        rows = training.fit()
     finally:
-        trainer.logger.close()
-    placed = {next(m.parameters()).device for m in (trainer.policy, trainer.ref_model)} | {trainer.engine.device}
+        training.logger.close()
+    placed = {next(m.parameters()).device for m in (trainer.policy.model, trainer.policy.reference)} | {trainer.policy.engine.device}
     return placed, [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]
 
 

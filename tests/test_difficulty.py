@@ -404,7 +404,7 @@ def test_batch_bins_are_logged_for_every_sampler():
 def test_batch_mechanism_counts_groups_with_gradient_and_the_realised_weighted_se():
     """Per bin and overall: the share of groups neither all correct nor all wrong; the weighted SE of the batch as
     allocated against the same batch at its mean group size (numbers worked by hand)."""
-    from gdro.controllers.difficulty import batch_mechanism
+    from gdro.controllers.batch_metrics import batch_mechanism
 
     labels = ["0", "1", "unseen"]
     # bin 0: two prompts, 2 rollouts each, (1 of 2) and (0 of 2) -> one of two informative, p = 1/4

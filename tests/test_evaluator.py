@@ -114,7 +114,7 @@ def test_errors_before_model_load(tmp_path, monkeypatch):
 
 
 def test_checkpoint_overrides_model_path():
-    from gdro.models.loading import TINY_DIR
+    from gdro.models.source import TINY_DIR
 
     plan = build_plan(compose_eval([f"checkpoint={TINY_DIR}"]))
     assert plan.parts.model.name_or_path == str(TINY_DIR)

@@ -19,7 +19,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from gdro.build import ConfigError, build_components, build_trainer
+from gdro.build import ConfigError, build_components, build_training
 from gdro.interfaces import BinSpec, DifficultyClassifier, RolloutAllocator, StepFeedback
 from gdro.run.tracking import read_metrics
 from tests.conftest import CONF, FAST, REPO
@@ -160,16 +160,17 @@ def test_documented_steps_add_a_working_allocator(tmp_path: Path):
             build_components(_compose(conf, [*overrides, override]))
 
     # a real 2-step run; step 2 revisits the 8 prompts of step 1, now binned by their pass rates
-    trainer = build_trainer(_compose(conf, overrides), tmp_path / "run")
-    alloc = trainer.allocator
+    training = build_training(_compose(conf, overrides), tmp_path / "run")
+    trainer = training.trainer
+    alloc = trainer.controllers.allocator
     planned, generated = [], []
     allocate, update = alloc.allocate, alloc.update
     alloc.allocate = lambda ids, bins, n_bar, clf: planned.append(allocate(ids, bins, n_bar, clf)) or planned[-1]
     alloc.update = lambda feedback: generated.append(feedback.n.copy()) or update(feedback)
     try:
-        trainer.fit()
+        training.fit()
     finally:
-        trainer.logger.close()
+        training.logger.close()
     rows = [r for r in read_metrics(tmp_path / "run") if "train/loss" in r]
     assert [r["step"] for r in rows] == [1, 2]
     for row, n, gen in zip(rows, planned, generated):

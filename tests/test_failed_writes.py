@@ -163,7 +163,7 @@ import resource, signal, sys
 from pathlib import Path
 from transformers import AutoModelForCausalLM
 from gdro.run.checkpoint import named_weights_io
-from gdro.models.loading import TINY_DIR
+from gdro.models.source import TINY_DIR
 out = Path(sys.argv[1])
 model = AutoModelForCausalLM.from_pretrained(TINY_DIR)
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.build import ConfigError, build_components, build_trainer
+from gdro.build import ConfigError, build_components, build_training
 from gdro.controllers.ledger import ComputeLedger
 from gdro.filters import Drawn, DynamicSampling, NoFilter, concat_drawn
 from gdro.interfaces import RewardBatch
@@ -111,7 +111,7 @@ def test_concat_sums_the_failure_counts_and_bad_settings_name_the_key():
 def test_dynamic_sampling_composes_and_its_ledger_is_exact(tmp_path, sampler, allocator):
     cfg = compose_cfg([*FAST, "filter=dynamic", f"sampler={sampler}", f"allocator={allocator}",
                        "data.train_size=16"])
-    training = build_trainer(cfg, tmp_path / "run")
+    training = build_training(cfg, tmp_path / "run")
     draw, drawn = training.trainer._draw, {}
 
     def logged(step, *rest):  # every generation round's rollouts, by step, as the trainer drew them

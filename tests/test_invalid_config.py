@@ -18,7 +18,7 @@ from omegaconf import DictConfig
 from gdro import cli
 from gdro.build import build_components
 from gdro.evaluation import evaluator
-from gdro.grading.rewards import RewardConfig
+from gdro.grading.reward_config import RewardConfig
 from gdro.validate import ConfigError, Schema, check_values, node_schema, schema_of
 from tests.conftest import REPO, compose_cfg
 
@@ -191,7 +191,7 @@ def test_every_group_has_a_typed_schema():
 
     for group in cfg:
         node = cfg[group]
-        if group == "samples":  # a block of RunConfig (no component): typed by its dataclass, SampleConfig
+        if group == "samples":  # a block of RunSettings (no component): typed by its dataclass, SampleConfig
             assert set(node) == set(SampleConfig.__dataclass_fields__), group
         elif isinstance(node, DictConfig):
             _, schema = node_schema(node, group)

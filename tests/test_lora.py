@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from gdro import cli
 from gdro.build import ConfigError, build_components, make_policy
 from gdro.distributed import Dist
 from gdro.models.loading import ModelSpec, load_model
@@ -22,8 +23,9 @@ from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFEngineConfig, HFGenerator
 from gdro.run.record import config_differences
 from gdro.run.tracking import read_metrics
-from tests.conftest import REPO, compose_cfg
+from tests.conftest import FAST, REPO, compose_cfg
 from tests.test_resume import _env
+from tests.test_user_errors import _main
 
 SPEC = ModelSpec("tiny", max_prompt_len=64, max_new_tokens=8, lora=LoraSpec(r=4, alpha=8))
 
@@ -98,7 +100,7 @@ def test_merged_weights_equal_peft_own_merge_and_leave_the_model_as_it_was():
         torch.testing.assert_close(merged[k], expected[k], rtol=0, atol=1e-6)
     with adapters_off(model):  # the base, as the unmerged weights say
         torch.testing.assert_close(_logits(model, IDS), _logits(plain.__class__.from_pretrained(
-            str(Path(__import__("gdro.models.loading", fromlist=["TINY_DIR"]).TINY_DIR))), IDS), rtol=0, atol=1e-6)
+            str(Path(__import__("gdro.models.source", fromlist=["TINY_DIR"]).TINY_DIR))), IDS), rtol=0, atol=1e-6)
 
 
 def test_an_engine_with_its_own_weights_gets_the_merged_ones():
@@ -135,6 +137,36 @@ def test_a_target_that_matches_nothing_is_one_line():
     with pytest.raises(ValueError, match=r"lora.target_modules=\('nope',\)") as err:
         load_model(dataclasses.replace(SPEC, lora=LoraSpec(r=2, target_modules=["nope"])), train=True)
     assert "\n" not in str(err.value)
+
+
+LINEAR = "q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head"  # the tiny model's, in its order
+BAD_TARGETS = [  # (model.lora.target_modules=, what the one line says after "config error: ")
+    ("[bogus_proj]", "model.lora.target_modules=[bogus_proj]: bogus_proj names no module of the model"),
+    ("[mlp]", "model.lora.target_modules=[mlp]: mlp is a Qwen3MLP, not a linear layer"),
+    ("[q_proj,bogus]", "model.lora.target_modules=[q_proj, bogus]: bogus names no module of the model"),
+]
+
+
+@pytest.mark.parametrize(("targets", "says"), BAD_TARGETS, ids=["unknown", "not_linear", "one_of_two"])
+def test_a_target_the_model_lacks_is_one_line_naming_its_linear_layers(targets, says, tmp_path, monkeypatch,
+                                                                       capsys):
+    """Refused before the run dir is opened (no config.yaml, no run.json), the model's linear layers named."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    code, lines = _main(cli.train, ["gdro-train", *FAST, "model.lora.r=4", f"model.lora.target_modules={targets}",
+                                    f"hydra.run.dir={tmp_path}"], monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert lines[0] == f"config error: {says} (its linear layers, the LoRA targets: {LINEAR})", lines
+    assert not (tmp_path / "config.yaml").exists() and not (tmp_path / "run.json").exists()
+
+
+def test_targets_the_model_has_pass_the_check():
+    from gdro.models.lora import target_problem
+
+    model, _ = load_model(dataclasses.replace(SPEC, lora=LoraSpec()))
+    for targets in (("q_proj", "v_proj"), ("mlp.down_proj",), ("model.layers.0.self_attn.q_proj",), "all-linear",
+                    r".*\.(q|v)_proj"):
+        assert target_problem(model, targets) is None, targets
+    assert "matches no module" in target_problem(model, r".*\.nope")
 
 
 CLI = ["experiment=smoke", "eval.at_end=false", "eval.every=0", "model.lora.r=4", "model.lora.alpha=8", "loss.beta_kl=0.01", "optim.lr=0.01",

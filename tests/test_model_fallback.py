@@ -9,15 +9,9 @@ import shutil
 import huggingface_hub.constants as hub_constants
 import pytest
 
-from gdro.models import loading
-from gdro.models.loading import (
-    TINY_DIR,
-    ModelSpec,
-    ModelUnavailableError,
-    load_model,
-    model_path,
-    model_provenance,
-)
+from gdro.models import source
+from gdro.models.loading import ModelSpec, ModelUnavailableError, load_model
+from gdro.models.source import TINY_DIR, model_path, model_provenance
 from tests.conftest import compose_cfg
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -30,9 +24,9 @@ def hub_cache(tmp_path, monkeypatch):
     cache.mkdir()
     monkeypatch.setattr(hub_constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    loading._model_path.cache_clear()
+    source._model_path.cache_clear()
     yield cache
-    loading._model_path.cache_clear()
+    source._model_path.cache_clear()
 
 
 def _spec(**kw) -> ModelSpec:
@@ -41,7 +35,7 @@ def _spec(**kw) -> ModelSpec:
 
 def test_an_unreachable_hub_model_reads_its_fallback_and_says_so(hub_cache, caplog):
     spec = _spec(fallback=str(TINY_DIR))
-    with caplog.at_level("WARNING", logger="gdro.models.loading"):
+    with caplog.at_level("WARNING", logger="gdro.models.source"):
         assert model_path(spec) == str(TINY_DIR)
     assert "HF_HUB_OFFLINE is set" in caplog.text and str(TINY_DIR) in caplog.text
     model, tokenizer = load_model(spec)  # the fallback's real weights and tokenizer

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro.build import build_trainer
+from gdro.build import build_training
 from tests.conftest import FAST, REPO, compose_cfg
 
 nbformat = pytest.importorskip("nbformat")
@@ -38,11 +38,11 @@ def test_committed_notebook_has_no_outputs():
 def _make_sweep(root: Path) -> Path:
     for name, (overrides, choices) in RUNS.items():
         cfg = compose_cfg(["experiment=toy-curriculum", *FAST, *SHORT, *overrides])
-        trainer = build_trainer(cfg, root / name, choices=choices)
+        training = build_training(cfg, root / name, choices=choices)
         try:
-            trainer.fit()
+            training.fit()
         finally:
-            trainer.logger.close()
+            training.logger.close()
     return root
 
 

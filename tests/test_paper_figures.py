@@ -17,10 +17,10 @@ from gdro.report.paper_figures import (
     mean_bin,
     pooled,
     snapshot_rows,
-    write_paper_figures,
     wse_ratio,
     wse_rows,
 )
+from gdro.report.paper_plots import write_paper_figures
 from tests.test_report import _is_png, make_run
 
 STEPS = 6  # training steps 1..6; snapshots Start / Early / Mid / Late at steps 1, 3, 4, 6

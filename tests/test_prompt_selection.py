@@ -219,7 +219,7 @@ def test_train_runs_and_resumes_exactly(tmp_path: Path, sampler):
     ext, rows_ext = _fit(tmp_path / "ext", [*common, "steps=4"])
     assert [r["step"] for r in rows_ext] == [3, 4]
     assert _comparable(read_metrics(tmp_path / "ext")) == _comparable(read_metrics(tmp_path / "long"))
-    np.testing.assert_equal(ext.sampler.state_dict(), long.sampler.state_dict())
+    np.testing.assert_equal(ext.controllers.sampler.state_dict(), long.controllers.sampler.state_dict())
 
 
 @pytest.mark.parametrize("name", ["mopps", pytest.param("learnability", marks=pytest.mark.slow)])
@@ -229,7 +229,7 @@ def test_composes_with_dynamic_filter_greso_skip_and_an_allocator(tmp_path: Path
     trainer, rows = _fit(tmp_path, [f"sampler={name}", "filter=dynamic", "skip=greso", "allocator=sqrt", "loss=dr-grpo",
                                     "steps=1", "checkpoint.at_end=false", "filter.max_rounds=2"])
     assert [r["step"] for r in rows] == [1] and "skip/skipped" in rows[-1] and "select/seen" in rows[-1]
-    state = trainer.sampler.inner.state_dict()
+    state = trainer.controllers.sampler.inner.state_dict()
     recorded = state["totals"].sum() if name == "learnability" else (state["alpha"] + state["beta"] - 2).sum()
     assert rows[-1]["compute/discarded_rollouts"] > 0  # the tiny model solves the short copies: groups were dropped
     assert recorded == rows[-1]["compute/rollouts"]  # every generated rollout is history, dropped groups' included

@@ -122,7 +122,7 @@ def test_conforms_catches_a_component_with_the_old_keyword_update():
 
 def test_a_reward_that_subclasses_the_protocol_gets_its_default_hooks():
     class Exact(Reward):
-        def score(self, completions, golds, finished):
+        def score(self, completions, golds, finished, lengths=None):
             correct = np.array([c == g for c, g in zip(completions, golds)])
             return RewardBatch(correct.astype(np.float64), correct, 0, 0, 0, 0)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gdro.data.benchmarks import MATH_SUFFIX
+from gdro.data.benchmark_specs import MATH_SUFFIX
 from gdro.models.qwen3 import ADDED_TOKENS, VOCAB_ROWS, build_tokenizer
 
 # The three sequences of transformers' Qwen2 tokenizer integration test (tests/models/qwen2/

@@ -17,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from gdro.data.benchmarks import MATH_SUFFIX, load_benchmark
+from gdro.data.benchmark_specs import MATH_SUFFIX
+from gdro.data.benchmarks import load_benchmark
+from gdro.grading.answers import last_boxed
 from gdro.grading.golds import ALT_SEP, BOXED
-from gdro.grading.rewards import MathVerifyReward, last_boxed
+from gdro.grading.rewards import MathVerifyReward
 
 REPO = Path(__file__).resolve().parent.parent
 REALDATA = Path(os.environ.get("GDRO_REALDATA", REPO.parent / "shared" / "realdata"))
@@ -376,12 +378,20 @@ def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
     assert boxes > 900
 
 
-def _rescore(args: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gdro.evaluation.rescore", *args], check=False, capture_output=True, text=True,
-                          cwd=REPO, timeout=300)
+def _rescore(args: list[str], capsys) -> subprocess.CompletedProcess:
+    """gdro-rescore's own ``main`` in this process (its exit status, stdout and stderr); tests/test_rescore_cli.py runs
+    the command itself."""
+    from gdro.evaluation.rescore import main
+
+    try:
+        code = main(args)
+    except SystemExit as stop:
+        code = stop.code
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
 
 
-def test_rescoring_stored_completions(tmp_path):
+def test_rescoring_stored_completions(tmp_path, capsys):
     """gdro-rescore scores a JSON-lines file of stored completions against a benchmark without a model."""
     problems, _ = load("minerva.jsonl")
     rows = [
@@ -395,14 +405,14 @@ def test_rescoring_stored_completions(tmp_path):
     comp = tmp_path / "gens.jsonl"
     comp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "verdicts.jsonl"
-    proc = _rescore([str(comp), "--benchmark", f"minerva={REALDATA / 'minerva.jsonl'}", "--out", str(out)])
+    proc = _rescore([str(comp), "--benchmark", f"minerva={REALDATA / 'minerva.jsonl'}", "--out", str(out)], capsys)
     assert proc.returncode == 0, proc.stderr
     assert "| minerva | 3 | 4 | 50.00 | 66.67 | 3 / 1 |" in proc.stdout
     assert "no known problem: 1" in proc.stdout
     got = [json.loads(line) for line in out.read_text().splitlines()]
     assert [g["correct"] for g in got] == [True, False, True, False]
     assert [g.get("stored") for g in got] == [True, True, True, False]
-    train = _rescore([str(comp), "--benchmark", f"minerva={REALDATA / 'minerva.jsonl'}", "--window", "train"])
+    train = _rescore([str(comp), "--benchmark", f"minerva={REALDATA / 'minerva.jsonl'}", "--window", "train"], capsys)
     assert "| minerva | 3 | 4 | 16.67 | 33.33 | 2 / 2 |" in train.stdout  # the box 400 characters back is dropped
-    bad = _rescore([str(tmp_path / "nope.jsonl"), "--benchmark", "minerva"])
+    bad = _rescore([str(tmp_path / "nope.jsonl"), "--benchmark", "minerva"], capsys)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "nope.jsonl: no such file" in bad.stderr

@@ -1,5 +1,6 @@
 """A checkpoint written before gdro renamed a component class (#29: ``gdro.loss.LossConfig`` became
-``gdro.loss.GRPOLoss``) still resumes; any other ``_target_`` change is still a difference that refuses."""
+``gdro.loss.GRPOLoss``) still resumes; any other ``_target_`` change is still a difference that refuses. What an old
+checkpoint may hold is one table keyed by the checkpoint's schema (gdro.run.migrations)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,16 @@ import sys
 
 import pytest
 
+from gdro.build import ConfigError
+from gdro.run import migrations
 from gdro.run.checkpoint import list_checkpoints
-from gdro.run.record import MOVED_MODULES, RENAMED_TARGETS, config_differences, renamed_target
+from gdro.run.migrations import MIGRATIONS, OLDEST_RESUMABLE, SCHEMA, renamed_target
+from gdro.run.record import config_differences
 from gdro.run.tracking import read_metrics
 from tests.test_resume import REPO, _env
+
+RENAMED_TARGETS = {m.old: m.new for m in migrations.applying(0, "target")}
+MOVED_MODULES = {m.old: m.new for m in migrations.applying(0, "module")}
 
 
 def _cfg(target: str) -> dict:
@@ -39,6 +46,7 @@ def _resume_after(tmp_path, rewrite) -> None:
     (_, ckpt), = list_checkpoints(run_dir)
     meta = json.loads((ckpt / "meta.json").read_text())
     rewrite(meta["config"])
+    meta.pop("schema", None)  # an older gdro recorded no schema (schema 0: the migration table applies)
     (ckpt / "meta.json").write_text(json.dumps(meta))
     out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
                          timeout=300, check=False)
@@ -117,3 +125,34 @@ def test_a_checkpoint_from_before_the_layout_resumes(tmp_path):
         assert rewritten >= 7
 
     _resume_after(tmp_path, rewrite)
+
+
+def test_the_table_holds_only_what_a_resumable_schema_needs():
+    """Entries under schema s serve checkpoints of schema <= s: s is one this gdro resumes and no longer writes."""
+    assert MIGRATIONS and all(OLDEST_RESUMABLE <= s < SCHEMA for s in MIGRATIONS)
+    assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group"}
+    # a checkpoint of the current schema holds today's names: nothing is read otherwise
+    assert renamed_target("gdro.loss.LossConfig", SCHEMA) == "gdro.loss.LossConfig"
+    assert migrations.added_group("filter._target_", SCHEMA) is None
+    assert renamed_target("gdro.loss.LossConfig", 0) == "gdro.loss.grpo.GRPOLoss"
+    assert migrations.added_group("filter._target_", 0) == "gdro.filters.NoFilter"
+
+
+def test_each_checkpoint_records_its_schema_and_a_newer_one_is_refused_in_one_line(tmp_path):
+    from gdro.build import build_training
+    from tests.conftest import FAST, compose_cfg
+
+    training = build_training(compose_cfg([*FAST, "steps=1", "checkpoint.every=1", "eval.at_start=false"]), tmp_path)
+    try:
+        training.fit()
+    finally:
+        training.logger.close()
+    (_, ckpt), = list_checkpoints(tmp_path)
+    meta = json.loads((ckpt / "meta.json").read_text())
+    assert meta["schema"] == SCHEMA
+    meta["schema"] = SCHEMA + 1  # as a later gdro would write it
+    (ckpt / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=rf"written by a newer gdro \(checkpoint schema {SCHEMA + 1}; this gdro "
+                                          rf"reads up to {SCHEMA}\): upgrade gdro to resume it") as err:
+        build_training(compose_cfg([*FAST, "steps=2", "checkpoint.every=1", "eval.at_start=false"]), tmp_path)
+    assert "\n" not in str(err.value)

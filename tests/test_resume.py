@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.build import ConfigError, build_trainer
+from gdro.build import ConfigError, build_training
 from gdro.run.checkpoint import list_checkpoints
 from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
@@ -152,11 +152,12 @@ def test_kill_while_writing_a_checkpoint_resumes_from_the_previous_one(tmp_path:
 # In-process: every controller's state survives a resume; refusals happen before any model loads
 # ---------------------------------------------------------------------------------------------------------------
 def _fit(run_dir: Path, overrides: list[str]):
-    trainer = build_trainer(compose_cfg(FAST + overrides), run_dir)
+    training = build_training(compose_cfg(FAST + overrides), run_dir)
+    trainer = training.trainer
     try:
-        rows = trainer.fit()
+        rows = training.fit()
     finally:
-        trainer.logger.close()
+        training.logger.close()
     return trainer, rows
 
 
@@ -176,11 +177,11 @@ def test_extending_a_finished_run_equals_one_longer_run(tmp_path: Path, controll
     if "eval.every=2" in controllers:
         assert [r["step"] for r in read_metrics(tmp_path / "ext") if "eval/mean@2" in r] == [2, 4]
     assert _comparable(read_metrics(tmp_path / "ext")) == _comparable(read_metrics(tmp_path / "long"))
-    for (name, a), b in zip(long.policy.named_parameters(), ext.policy.parameters()):
+    for (name, a), b in zip(long.policy.model.named_parameters(), ext.policy.model.parameters()):
         assert torch.equal(a, b), name
-    np.testing.assert_equal(ext.sampler.state_dict(), long.sampler.state_dict())
-    np.testing.assert_equal(ext.allocator.state_dict(), long.allocator.state_dict())
-    assert json.dumps(ext.classifier.state_dict()) == json.dumps(long.classifier.state_dict())
+    np.testing.assert_equal(ext.controllers.sampler.state_dict(), long.controllers.sampler.state_dict())
+    np.testing.assert_equal(ext.controllers.allocator.state_dict(), long.controllers.allocator.state_dict())
+    assert json.dumps(ext.controllers.classifier.state_dict()) == json.dumps(long.controllers.classifier.state_dict())
 
 
 def test_rerunning_a_completed_run_changes_nothing(tmp_path: Path):
@@ -193,13 +194,13 @@ def test_rerunning_a_completed_run_changes_nothing(tmp_path: Path):
 def test_resume_false_refuses_a_dir_with_a_checkpoint(tmp_path: Path):
     _fit(tmp_path, [])
     with pytest.raises(ConfigError, match=r"resume=false: .* holds a checkpoint \(step 2\)"):
-        build_trainer(compose_cfg(FAST + ["resume=false"]), tmp_path)
+        build_training(compose_cfg(FAST + ["resume=false"]), tmp_path)
 
 
 def test_resume_with_a_different_config_is_refused_listing_the_differences(tmp_path: Path):
     _fit(tmp_path, [])
     with pytest.raises(ConfigError) as err:
-        build_trainer(compose_cfg(FAST + ["optim.lr=3e-4", "seed=5", "steps=9"]), tmp_path)
+        build_training(compose_cfg(FAST + ["optim.lr=3e-4", "seed=5", "steps=9"]), tmp_path)
     msg = str(err.value)
     assert "2 key(s)" in msg and "optim.lr: 0.0001 -> 0.0003" in msg and "seed: 0 -> 5" in msg
     assert "steps" not in msg.split("key(s)")[1].replace("only steps, device, lock.* and samples.* may change", "")
@@ -208,7 +209,7 @@ def test_resume_with_a_different_config_is_refused_listing_the_differences(tmp_p
 def test_checkpoint_beyond_the_requested_steps_is_refused(tmp_path: Path):
     _fit(tmp_path, ["steps=3", "checkpoint.every=3"])
     with pytest.raises(ConfigError, match="steps=1: the checkpoint .* is already at step 3"):
-        build_trainer(compose_cfg(FAST + ["steps=1", "checkpoint.every=3"]), tmp_path)
+        build_training(compose_cfg(FAST + ["steps=1", "checkpoint.every=3"]), tmp_path)
 
 
 def test_an_earlier_run_without_checkpoint_is_kept_aside(tmp_path: Path):
@@ -239,7 +240,7 @@ def test_wandb_offline_run_resumes_the_same_run_id(tmp_path: Path):
 def test_prompts_longer_than_max_prompt_len_are_dropped_at_load_and_counted(tmp_path: Path):
     # copy prompts take 10 + 2·level tokens: max_prompt_len=22 keeps levels 1–6 and drops levels 7 and 8
     trainer, rows = _fit(tmp_path, ["model.max_prompt_len=22", "steps=1", "eval.at_start=false"])
-    assert max(p.level for p in trainer.train_problems) == 6 and max(p.level for p in trainer.test_problems) == 6
+    assert max(p.level for p in trainer.problems.train) == 6 and max(p.level for p in trainer.problems.test) == 6
     dropped = json.loads((tmp_path / "run.json").read_text())["data"]["dropped_long_prompts"]
     assert dropped == {"train": 18 + 21, "test": 3 + 3}
     assert rows[-1]["step"] == 1
@@ -253,7 +254,7 @@ def test_a_key_added_since_the_checkpoint_is_no_difference_at_its_default(tmp_pa
     del meta["config"]["optim"]["micro_batch_tokens"], meta["config"]["model"]["gradient_checkpointing"]
     meta_path.write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match=r"1 key\(s\).*optim.micro_batch_tokens: <absent> -> 64"):
-        build_trainer(compose_cfg(FAST + ["steps=2", "checkpoint.every=1", "optim.micro_batch_tokens=64"]),
+        build_training(compose_cfg(FAST + ["steps=2", "checkpoint.every=1", "optim.micro_batch_tokens=64"]),
                       tmp_path)  # a new key away from its default changes the run: refused
     _, rows = _fit(tmp_path, ["steps=2", "checkpoint.every=1"])  # the new keys at their defaults: resumes
     assert [r["step"] for r in rows] == [2]

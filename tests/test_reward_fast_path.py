@@ -14,7 +14,9 @@ from hydra.utils import instantiate
 
 from gdro.data.synthetic import CopyTask
 from gdro.grading import rewards
-from gdro.grading.rewards import MathVerifyReward, RewardBatch, last_boxed, tail
+from gdro.grading.answers import last_boxed, tail
+from gdro.grading.rewards import MathVerifyReward
+from gdro.interfaces import RewardBatch
 from tests.conftest import compose_cfg
 
 SEED = 20250611

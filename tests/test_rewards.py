@@ -22,7 +22,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gdro.grading import rewards
-from gdro.grading.rewards import MathVerifyReward, RewardBatch, RewardConfig, _digits, last_boxed, tail
+from gdro.grading.answers import last_boxed, tail
+from gdro.grading.magnitude import MAX_DIGITS, digits
+from gdro.grading.reward_config import RewardConfig
+from gdro.grading.rewards import MathVerifyReward
+from gdro.interfaces import RewardBatch
 
 
 @pytest.fixture(scope="module")
@@ -292,31 +296,31 @@ def test_tiny_and_order_dependent_floats_score_without_raising():
     ids=repr,
 )
 def test_digits_never_raises_and_is_non_negative(value):
-    d = _digits(value)
+    d = digits(value)
     assert d >= 0 and not math.isnan(d)
 
 
 def test_digits_bounds_huge_values_and_deep_trees():
-    assert _digits(sympy.Float("1e100000")) >= 100_000
+    assert digits(sympy.Float("1e100000")) >= 100_000
     tower = sympy.Pow(9, sympy.Pow(9, 9, evaluate=False), evaluate=False)
-    assert _digits(sympy.Matrix([[tower, 2]])) > rewards._MAX_DIGITS  # a Matrix is not a sympy.Basic
+    assert digits(sympy.Matrix([[tower, 2]])) > MAX_DIGITS  # a Matrix is not a sympy.Basic
     deep = sympy.Symbol("x")
     for _ in range(300):  # deeper than the guard measures: inf (rejected), never a RecursionError
         deep = sympy.Pow(deep, 2, evaluate=False)
-    assert _digits(deep) == math.inf
+    assert digits(deep) == math.inf
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(-(10**60), 10**60), st.integers(1, 10**60), st.integers(-400, 400))
 def test_digits_is_an_upper_bound_on_magnitude(p, q, k):
-    """10**_digits(x) >= |x| for rationals and Floats of any exponent (it bounds exponents, so it must)."""
+    """10**digits(x) >= |x| for rationals and Floats of any exponent (it bounds exponents, so it must)."""
     x = sympy.Rational(p, q)
     if x != 0:
-        assert _digits(x) >= math.log10(abs(x.p)) - math.log10(x.q) - 1e-9
+        assert digits(x) >= math.log10(abs(x.p)) - math.log10(x.q) - 1e-9
     f = sympy.Float(f"{p}e{k}")
-    assert _digits(f) >= 0
+    assert digits(f) >= 0
     if p != 0:
-        assert _digits(f) >= math.log10(abs(p)) + k - 1e-9
+        assert digits(f) >= math.log10(abs(p)) + k - 1e-9
 
 
 @settings(max_examples=100, deadline=None)
@@ -331,7 +335,7 @@ def test_digits_bounds_powers_factorials_binomials(n, k):
         sympy.factorial(abs(n), evaluate=False),
         sympy.binomial(n, k, evaluate=False),
     ]:
-        assert _digits(e) >= exact(e) - 1e-9, e
+        assert digits(e) >= exact(e) - 1e-9, e
 
 
 # Irrational powers, nested radicals and transcendental constants: cheap to compare, so each must match itself. The
@@ -500,7 +504,7 @@ def test_exception_while_scoring_is_counted_as_error_logged_once_and_cached(monk
         calls.append(1)
         return _prefix_guard(parsed)
 
-    monkeypatch.setattr(rewards, "_too_large", guard)
+    monkeypatch.setattr(rewards, "too_large", guard)
     r = MathVerifyReward(correct=1.0, incorrect=-1.0, fast_path=False)  # math-verify's path (and its guard) only
     texts = ["\\boxed{0.0}", "\\boxed{-0.0}", "\\boxed{4}", "\\boxed{0.5}", "no box"]
     golds = ["0", "0", "4", "\\frac{1}{2}", "4"]
@@ -523,7 +527,7 @@ def test_keyboard_interrupt_while_scoring_propagates(monkeypatch):
     def interrupted(parsed: list) -> bool:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(rewards, "_too_large", interrupted)
+    monkeypatch.setattr(rewards, "too_large", interrupted)
     r = MathVerifyReward(fast_path=False)  # the integer fast path would decide without the guard
     with pytest.raises(KeyboardInterrupt):
         r.score(["\\boxed{4}"], ["4"], [True])
@@ -555,7 +559,7 @@ def test_outer_alarm_handler_exception_propagates(exc):
 
 @pytest.mark.timeout(60)
 def test_deadline_never_lands_in_a_gc_callback(monkeypatch):
-    """Raised inside a gc callback (hypothesis installs one), ``_Deadline`` would only be reported as
+    """Raised inside a gc callback (hypothesis installs one), ``Deadline`` would only be reported as
     unraisable, and a retry landing in pytest's unraisable hook fails the test; the handler skips such frames
     and waits for its 10 ms repeat."""
     reported: list = []
@@ -567,7 +571,9 @@ def test_deadline_never_lands_in_a_gc_callback(monkeypatch):
     monkeypatch.setattr(sys, "unraisablehook", reported.append)
     gc.callbacks.append(slow_callback)
     try:
-        texts = [f"\\boxed{{(y+1)^{{1000}} - (y-{i})^{{1000}}}}" for i in range(1, 11)]
+        # texts that share no sub-expression with each other or with other tests: sympy keeps what an interrupted
+        # expansion completed, so a text already tried elsewhere (``(y+1)^{1000}``) can finish inside the deadline
+        texts = [f"\\boxed{{(u+{i + 1})^{{1000}} - (u-{i + 1})^{{1000}}}}" for i in range(1, 11)]
         b = MathVerifyReward(timeout_s=0.02).score(texts, ["389192"] * 10, [True] * 10)
     finally:
         gc.callbacks.remove(slow_callback)
@@ -602,6 +608,8 @@ def test_metrics(reward):
         "reward/error_frac": 0.0,
         "reward/timeout_count": 0.0,
         "reward/bad_gold_count": 0.0,
+        "reward/format_frac": 0.5,  # two of four finished with a final box (the truncated one does not count)
+        "reward/overlong_frac": 0.0,
     }
     empty = reward.score([], [], [])
     assert empty.rewards.shape == (0,) and reward.metrics(empty)["reward/accuracy"] == 0.0
@@ -681,13 +689,13 @@ def test_arbitrary_text_gives_a_valid_batch(texts):
 def test_deadline_counts_cpu_time_not_wall_time():
     """The time bound is on the scoring thread's CPU time: on a busy machine the wall clock runs while the parse
     does not, and a verdict must not depend on that. Waiting (no CPU) is never interrupted; computing is."""
-    from gdro.grading.rewards import _Deadline, _deadline
+    from gdro.grading.deadline import Deadline, deadline
 
-    with _deadline(0.05):
+    with deadline(0.05):
         time.sleep(0.3)  # six deadlines of wall time, almost no CPU time
     start = time.thread_time()
-    with pytest.raises(_Deadline):
-        with _deadline(0.05):
+    with pytest.raises(Deadline):
+        with deadline(0.05):
             while time.thread_time() - start < 10.0:
                 pass
     assert time.thread_time() - start < 5.0

@@ -82,16 +82,16 @@ def test_two_processes_started_at_once_one_refuses_the_other_runs_as_if_alone(tm
 PAUSE_BEFORE_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-import gdro.trainer as tr
+import gdro.run.checkpoint as checkpoint
 at, gate = int(sys.argv.pop(1)), Path(sys.argv.pop(1))
-save = tr.save_checkpoint
+save = checkpoint.save_checkpoint
 def paused(run_dir, step, *a, **k):
     if step == at:
         gate.with_suffix(".waiting").touch()
         while not gate.exists():
             time.sleep(0.01)
     return save(run_dir, step, *a, **k)
-tr.save_checkpoint = paused
+checkpoint.save_checkpoint = paused
 from gdro.cli import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
@@ -296,9 +296,9 @@ run("ro_finished", [*cmd, "steps=7", f"hydra.run.dir={mnt.parent}/ro/done"])
 """
 FILL_BEFORE_STEP_2 = """
 import os, sys
-import gdro.trainer as tr
+import gdro.run.checkpoint as checkpoint
 ballast = sys.argv.pop(1)
-save = tr.save_checkpoint
+save = checkpoint.save_checkpoint
 def fill_then_save(run_dir, step, *a, **k):
     if step == 2:
         fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
@@ -310,7 +310,7 @@ def fill_then_save(run_dir, step, *a, **k):
                 pass
         os.close(fd)
     return save(run_dir, step, *a, **k)
-tr.save_checkpoint = fill_then_save
+checkpoint.save_checkpoint = fill_then_save
 from gdro.cli import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()

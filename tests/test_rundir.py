@@ -23,6 +23,7 @@ from gdro.evaluation import evaluator
 from gdro.run import ioerrors
 from gdro.run import lock as rundir
 from gdro.run.lock import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
+from gdro.run.lock_file import RECORD_BYTES
 from tests.conftest import FAST, REPO
 
 HOLDER = """
@@ -142,7 +143,7 @@ def test_a_live_heartbeat_from_another_host_holds_the_dir_and_a_stale_one_does_n
     still says the first holder is alive."""
     def record(beat_age: float) -> None:
         rec = {"state": "held", "pid": 1, "host": "another-node", "started": "then", "beat": time.time() - beat_age}
-        (tmp_path / LOCK_NAME).write_text(json.dumps(rec).ljust(rundir.RECORD_BYTES - 1) + "\n")
+        (tmp_path / LOCK_NAME).write_text(json.dumps(rec).ljust(RECORD_BYTES - 1) + "\n")
 
     record(beat_age=5)
     with pytest.raises(RunDirLocked, match="pid 1 on host another-node since then, last heartbeat 5 s ago"):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro.build import build_components, build_trainer
+from gdro.build import build_components, build_training
 from gdro.run import samples
 from gdro.run.tracking import read_metrics
 from gdro.validate import ConfigError
@@ -21,7 +21,7 @@ OFF = ["samples.train=0", "samples.eval=0"]
 
 
 def _fit(run_dir: Path, overrides: list[str]) -> list[dict]:
-    training = build_trainer(compose_cfg(FAST + overrides), run_dir, choices={"sampler": "uniform"})
+    training = build_training(compose_cfg(FAST + overrides), run_dir, choices={"sampler": "uniform"})
     try:
         return training.fit()
     finally:
@@ -66,7 +66,7 @@ def test_sample_files_match_the_metrics_and_change_none(tmp_path: Path):
 
 
 def test_default_is_a_small_sample_every_ten_steps(tmp_path: Path):
-    cfg = build_components(compose_cfg(FAST)).run.samples
+    cfg = build_components(compose_cfg(FAST)).settings.samples
     assert (cfg.every, cfg.train, cfg.eval) == (10, 4, 4)
     rows = _fit(tmp_path, ["steps=10"])
     assert samples.read(samples.path_of(tmp_path, "train", 10)) and len(rows) == 10

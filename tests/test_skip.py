@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.build import ConfigError, build_components, build_trainer
+from gdro.build import ConfigError, build_components, build_training
 from gdro.controllers.difficulty import OnlineDifficultyClassifier
 from gdro.controllers.samplers import PromptGDRO, UniformSampler
 from gdro.controllers.skip import GresoSkip, NoSkip, PreRolloutSkip, keep_probability
@@ -81,5 +81,5 @@ def test_bad_settings_and_the_oracle_are_refused_before_the_model_loads():
 
 def test_the_skip_composes_with_dynamic_sampling_and_knapsack_on_the_tiny_model(tmp_path):
     cfg = compose_cfg([*FAST, "skip=greso", "filter=dynamic", "allocator=knapsack", "data.train_size=8", "steps=3"])
-    rows = [r for r in build_trainer(cfg, tmp_path / "run").fit() if r.get("step")]
+    rows = [r for r in build_training(cfg, tmp_path / "run").fit() if r.get("step")]
     assert len(rows) == 3 and all(r["skip/drawn"] >= r["rollout/n_prompts"] for r in rows)

@@ -141,3 +141,20 @@ def test_a_refused_start_leaves_every_file_of_the_held_dir_as_it_was(tmp_path, h
         gate.touch()
         assert first.wait(timeout=300) == 0, first.communicate()[1][-3000:]
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_sweep_job_whose_run_dir_is_a_file_is_reported_in_one_line_and_the_others_run(tmp_path):
+    """Issue #39 (3): Hydra creates a job's run dir before the job starts; a file in its place ended the sweep in a
+    traceback (rc 1) and the later jobs never ran. Now: jobs 0 and 2 run, job 1 is one line at the end, status 74."""
+    sweep = tmp_path / "S"
+    sweep.mkdir()
+    (sweep / "1").touch()
+    proc = subprocess.run([str(GDRO_TRAIN), "-m", *QUICK, "steps=2", "seed=0,1,2", f"hydra.sweep.dir={sweep}",
+                           "hydra.sweep.subdir=${seed}"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=600, check=False)
+    lines = [x for x in _lines(proc.stderr) if not x.startswith("[")]
+    assert proc.returncode == 74, proc.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith("gdro-train: sweep job #1 (") and "seed=1" in lines[0], lines
+    assert lines[0].endswith(f") did not run: error: Not a directory (ENOTDIR): {sweep / '1'}"), lines
+    for seed in (0, 2):
+        assert json.loads((sweep / str(seed) / "run.json").read_text())["status"] == "completed"

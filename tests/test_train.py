@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdro.build import build_trainer
-from gdro.models.loading import TINY_DIR
+from gdro.build import build_training
+from gdro.models.source import TINY_DIR
 from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
 
@@ -23,12 +23,13 @@ REQUIRED = [
 
 def _run(tmp_path: Path, overrides: list[str]):
     cfg = compose_cfg(FAST + overrides)
-    trainer = build_trainer(cfg, tmp_path, choices={"sampler": "uniform", "allocator": "fixed"})
-    before = {k: v.detach().clone() for k, v in trainer.policy.named_parameters()}
+    training = build_training(cfg, tmp_path, choices={"sampler": "uniform", "allocator": "fixed"})
+    trainer = training.trainer
+    before = {k: v.detach().clone() for k, v in trainer.policy.model.named_parameters()}
     try:
-        rows = trainer.fit()
+        rows = training.fit()
     finally:
-        trainer.logger.close()
+        training.logger.close()
     return trainer, before, rows
 
 
@@ -47,7 +48,7 @@ def _git(*args: str) -> str | None:
 def test_short_run_updates_parameters_and_logs_metrics(tmp_path: Path):
     # all three evaluation triggers: before step 1 (logged as step 0), every 2 steps, after the last step
     trainer, before, rows = _run(tmp_path / "a", ["steps=3", "eval.at_start=true", "eval.every=2", "eval.at_end=true"])
-    changed = [k for k, v in trainer.policy.named_parameters() if not torch.equal(v, before[k])]
+    changed = [k for k, v in trainer.policy.model.named_parameters() if not torch.equal(v, before[k])]
     assert changed, "no parameter changed after 3 GRPO steps"
     assert any(r["train/grad_norm"] > 0 and r["train/adv_abs_mean"] > 0 for r in rows if "train/loss" in r)
     logged = read_metrics(tmp_path / "a")
@@ -68,6 +69,13 @@ def test_short_run_updates_parameters_and_logs_metrics(tmp_path: Path):
     if head is not None:
         assert meta["git"]["dirty"] == bool(_git("status", "--porcelain", "--untracked-files=no"))
     assert meta["config"]["steps"] == 3 and (tmp_path / "a" / "config.yaml").is_file()
+    # the environment the numbers depend on: library versions and the CPU's dispatch (issue #36's rerun on another CPU)
+    import torch as _torch
+    import transformers as _transformers
+
+    assert meta["versions"]["torch"] == _torch.__version__
+    assert meta["versions"]["transformers"] == _transformers.__version__
+    assert meta["machine"]["cpu_capability"] == _torch.backends.cpu.get_cpu_capability() and meta["machine"]["cpu"]
     assert meta["model"] == {"name_or_path": "tiny", "path": str(TINY_DIR), "fallback_used": False}
 
 
@@ -82,7 +90,7 @@ def test_same_seed_gives_identical_metrics(tmp_path: Path):
 def test_no_reference_model_when_beta_zero(tmp_path: Path):
     trainer, _, rows = _run(tmp_path, ["loss.beta_kl=0", "optim.ppo_epochs=2", "optim.mini_batches=2",
                                        "optim.micro_batch_size=5", "loss.agg=seq-mean-token-mean"])
-    assert trainer.ref_model is None
+    assert trainer.policy.reference is None
     assert [r["step"] for r in rows] == [1, 2] and all(r["train/kl"] is None for r in rows)
 
 
@@ -124,7 +132,7 @@ def test_any_causal_lm_trains(tmp_path: Path):
     model.save_pretrained(tmp_path / "gpt2")
     tok.save_pretrained(tmp_path / "gpt2")
     trainer, _, rows = _run(tmp_path / "run", [f"model.name_or_path={tmp_path / 'gpt2'}", "steps=1"])
-    assert type(trainer.policy).__name__ == "GPT2LMHeadModel"
+    assert type(trainer.policy.model).__name__ == "GPT2LMHeadModel"
     assert rows[-1]["rollout/n_total"] == 32 and rows[-1]["train/loss"] is not None
 
 
@@ -151,7 +159,7 @@ def test_prompt_gdro_with_pg_loss_signal_equals_grpo_at_ratio_one(tmp_path: Path
     keys = ["reward/mean", "train/loss", "train/kl", "train/grad_norm"]
     assert [[r[k] for k in keys] for r in a] == [[r[k] for k in keys] for r in b]
     # and the final policies are the same weights (what an evaluation after the last step would compare)
-    for (name, p), q in zip(grpo.policy.named_parameters(), pgdro.policy.parameters()):
+    for (name, p), q in zip(grpo.policy.model.named_parameters(), pgdro.policy.model.parameters()):
         assert torch.equal(p, q), name
     # float32 rounding only: |score| ~ 1e-9
     assert all(abs(v) < 1e-6 for r in b for k, v in r.items() if k.startswith("gdro/score/") and v is not None)

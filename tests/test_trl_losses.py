@@ -280,3 +280,40 @@ def test_batch_scale_of_a_constant_batch_is_zero():
         got = DAPOLoss(scale_rewards="batch", adv_eps=eps).advantages(torch.ones(5), torch.tensor([0, 0, 1, 1, 1]), 2)
         assert torch.equal(got, torch.zeros(5))
     assert DAPOLoss(scale_rewards="batch").advantages(torch.ones(0), torch.zeros(0, dtype=torch.long), 0).numel() == 0
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+@pytest.mark.parametrize("shape", ["token", "sequence"])
+def test_the_engine_importance_weight_equals_trls(trl_trainer_class, name, shape):
+    """``LossInputs.token_weight`` (optim.engine_is_mode) against TRL's ``importance_sampling_ratio`` under
+    ``use_vllm`` and ``vllm_importance_sampling_correction``: the per-token PG loss times the weight, before the KL
+    is added; a ``(B, T)`` token weight and a ``(B, 1)`` sequence weight, zeros included (a ``*_mask`` mode)."""
+    loss = LOSSES[name]
+    logp, old, ref, mask, adv = _batch(3)
+    g = torch.Generator().manual_seed(5)
+    weight = torch.rand(B, T if shape == "token" else 1, generator=g, dtype=F64) * 3.0
+    weight[0, 0] = 0.0
+    counts = BatchCounts.of(np.array(LENGTHS))
+    x = logp.detach().clone().requires_grad_(True)
+    got, _, _ = loss.compute(LossInputs(x, old, mask, adv, ref if loss.beta_kl > 0 else None, weight), counts)
+    got.backward()
+    trainer = _trl(trl_trainer_class, loss)
+    trainer.use_vllm, trainer.vllm_importance_sampling_correction = True, True
+    leaf = logp.detach().clone().requires_grad_(True)
+
+    def forward(model, input_ids, attention_mask, logits_to_keep, **kwargs):
+        return leaf, torch.zeros_like(leaf), None
+
+    trainer._get_per_token_logps_and_entropies = forward
+    inputs = {
+        "prompt_ids": torch.zeros(B, 1, dtype=torch.long), "prompt_mask": torch.ones(B, 1, dtype=torch.long),
+        "completion_ids": torch.zeros(B, T, dtype=torch.long), "completion_mask": mask.long(), "advantages": adv,
+        "old_per_token_logps": old, "num_items_in_batch": torch.tensor(float(sum(LENGTHS)), dtype=F64),
+        "importance_sampling_ratio": weight, **({"ref_per_token_logps": ref} if loss.beta_kl else {}),
+    }
+    want = trainer._compute_loss(trainer.model, inputs)
+    want.backward()
+    torch.testing.assert_close(got.detach(), want.detach(), **_tol(name))
+    torch.testing.assert_close(x.grad, leaf.grad, **_tol(name))
+    unweighted, _, _ = loss.compute(LossInputs(logp, old, mask, adv, ref if loss.beta_kl > 0 else None), counts)
+    assert not torch.isclose(unweighted, got)  # the weight acts

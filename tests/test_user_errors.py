@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from gdro import cli, report
-from gdro.build import build_trainer
+from gdro.build import build_training
 from gdro.evaluation import evaluator
-from gdro.models.loading import TINY_DIR
+from gdro.models.source import TINY_DIR
 from tests.conftest import FAST, compose_cfg
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -102,11 +102,11 @@ def finished(tmp_path_factory) -> tuple[Path, list[str]]:
     """A completed 2-step run (with its final policy) and the overrides that made it."""
     run_dir = tmp_path_factory.mktemp("finished")
     overrides = [*FAST, "checkpoint.every=1", "save_final=true"]
-    trainer = build_trainer(compose_cfg(overrides), run_dir)
+    training = build_training(compose_cfg(overrides), run_dir)
     try:
-        trainer.fit()
+        training.fit()
     finally:
-        trainer.logger.close()
+        training.logger.close()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     return run_dir, overrides
 

@@ -26,7 +26,7 @@ pytest.importorskip("vllm")
 
 from conftest import compose_cfg
 
-from gdro.build import build_trainer
+from gdro.build import build_training
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
@@ -140,6 +140,48 @@ def test_sync_weights_follows_the_policy_and_back_bit_identically(engine, policy
     assert all(np.array_equal(a, b) for a, b in zip(back.logprobs, before.logprobs))
 
 
+
+# ------------------------------------------------------------------- engine-trainer importance weight (issue #37)
+# Here, beside the other tests of the module's engine, not after the tests that build and close engines in this
+# process: vLLM's parallel state is per process, and a closed engine tears it down ("pipeline model parallel group is
+# not initialized" when this ran last).
+CAP = 1.5  # measured: a 0.01-scale perturbation of the embeddings puts ~3.5% of the token weights above 1.5
+
+
+def test_the_engine_importance_weight_reads_vllms_logprobs(engine, policy):
+    """``optim.engine_is_mode`` on vLLM's own log-probs: the engine samples from weights one perturbation away from the
+    trainer's (a stale sync, the mismatch the correction is for), and the update's logged mean weight is the token
+    mean of ``min(exp(trainer - engine), CAP)`` computed here from the trainer's forward and the engine's log-probs; some
+    tokens hit the cap. Then the engine is synced back."""
+    from gdro.loss import GRPOLoss
+    from gdro.policy import Forward, OptimConfig, ppo_update
+
+    model, tok = policy
+    stale = copy.deepcopy(model)
+    with torch.no_grad():
+        emb = stale.get_input_embeddings().weight
+        emb.add_(0.01 * torch.randn(emb.shape, generator=torch.Generator().manual_seed(1)))
+    engine.sync_weights(stale)
+    try:
+        roll = engine.generate(PROMPTS, [6, 6, 6, 6], seed=11,
+                               sampling=SamplingParams(temperature=1.0, max_new_tokens=16, logprobs=True))
+    finally:
+        engine.sync_weights(model)
+    trainer = _trainer_logprobs(model, roll, engine.pad_id, 1.0)
+    raw = np.concatenate([np.exp(t.astype(np.float64) - e.astype(np.float64)) for t, e in zip(trainer, roll.logprobs)])
+    w = np.minimum(raw, CAP)
+    cfg = OptimConfig(lr=1e-4, warmup_steps=0, engine_is_mode="token_truncate", engine_is_max=CAP)
+    learner = copy.deepcopy(model)
+    opt, sched = cfg.make(learner.parameters())
+    adv = torch.linspace(-1.0, 1.0, len(roll))
+    stats, _ = ppo_update(learner, opt, sched, roll, adv, GRPOLoss(beta_kl=0.0), cfg,
+                          Forward.bind(cfg, pad_id=engine.pad_id, temperature=1.0), rng=np.random.default_rng(0))
+    print(f"\n[vllm] stale engine: weight s.d. {raw.std():.3f}, capped {np.mean(raw > CAP):.3f} of {raw.size} tokens")
+    assert raw.std() > 0.05 and (raw > CAP).any()  # a real mismatch, and the cap binds
+    assert stats["train/engine_is_mean"] == pytest.approx(float(w.mean()), rel=1e-4)
+    assert stats["train/engine_is_bounded_frac"] == pytest.approx(float(np.mean(raw > CAP)), abs=1e-6)
+
+
 # ---------------------------------------------------------------------------------------- training, vLLM vs HF
 TRAIN = ["logger=jsonl", "steps=20", "prompts_per_step=16", "rollouts_per_prompt=8", "eval.at_start=false",
          "eval.at_end=false", "eval.every=0", "save_final=false", "progress=false", "sampler=uniform"]
@@ -153,18 +195,19 @@ MIN_REWARD = 0.4  # neither run collapses
 
 def _train(tmp_path: Path, rollout: str) -> list[float]:
     cfg = compose_cfg(TRAIN + [f"rollout={rollout}"])
-    trainer = build_trainer(cfg, tmp_path / rollout, choices={"rollout": rollout})
+    training = build_training(cfg, tmp_path / rollout, choices={"rollout": rollout})
+    trainer = training.trainer
     try:
         t0 = time.perf_counter()
-        rows = trainer.fit()
+        rows = training.fit()
         print(f"\n[vllm] rollout={rollout}: {time.perf_counter() - t0:.1f} s for {len(rows)} steps")
         if rollout == "vllm":  # the trainer kept the engine synced: it samples from the final policy
             sp = SamplingParams(temperature=1.0, max_new_tokens=16, logprobs=True)
-            roll = trainer.engine.generate(PROMPTS, [4, 4, 4, 4], seed=0, sampling=sp)
-            ref = _trainer_logprobs(trainer.policy, roll, trainer.engine.pad_id, 1.0)
+            roll = trainer.policy.engine.generate(PROMPTS, [4, 4, 4, 4], seed=0, sampling=sp)
+            ref = _trainer_logprobs(trainer.policy.model, roll, trainer.policy.engine.pad_id, 1.0)
             assert max(float(np.abs(a - b).max()) for a, b in zip(roll.logprobs, ref)) < LOGPROB_ATOL
     finally:
-        trainer.logger.close()
+        training.logger.close()
     return [r["reward/mean"] for r in rows if "reward/mean" in r]
 
 
@@ -327,10 +370,10 @@ def test_smollm2_trains_with_vllm_rollouts_full_and_lora(tmp_path: Path, smollm2
                        "eval.every=0", "eval.at_end=false", "logger=jsonl", "progress=false", "save_final=false",
                        "checkpoint.every=0", "checkpoint.at_end=false", f"model.lora.r={lora}", "prompts_per_step=4",
                        "rollouts_per_prompt=4", "model.max_new_tokens=16"])
-    training = build_trainer(cfg, tmp_path / "run", choices={"rollout": "vllm"})
+    training = build_training(cfg, tmp_path / "run", choices={"rollout": "vllm"})
     trainer = training.trainer
     try:
-        rows = training.run.fit(trainer)
+        rows = training.lifecycle.fit(trainer)
         assert [r["step"] for r in rows if "reward/mean" in r] == [1, 2]
         meta = json.loads((tmp_path / "run" / "run.json").read_text())
         assert meta["model"]["fallback_used"] is True and meta["model"]["path"] == str(smollm2_dir)
@@ -338,11 +381,11 @@ def test_smollm2_trains_with_vllm_rollouts_full_and_lora(tmp_path: Path, smollm2
         prompts = [p.prompt for p in trainer.problems.train[:2]]
 
         def gap_to(model) -> tuple[object, float]:
-            roll = trainer.engine.generate(prompts, [4, 4], seed=0, sampling=sp)
-            ref = _trainer_logprobs(model, roll, trainer.engine.pad_id, 1.0)
+            roll = trainer.policy.engine.generate(prompts, [4, 4], seed=0, sampling=sp)
+            ref = _trainer_logprobs(model, roll, trainer.policy.engine.pad_id, 1.0)
             return roll, max(float(np.abs(a - b).max()) for a, b in zip(roll.logprobs, ref))
 
-        roll, diff = gap_to(trainer.policy)
+        roll, diff = gap_to(trainer.policy.model)
         print(f"\n[vllm] smollm2 lora={lora}: max |logprob_vllm - logprob_trainer| = {diff:.3g}")
         assert any(roll.finished) and diff < LOGPROB_ATOL  # stops on <|im_end|>; samples the trained policy
         if lora:  # two steps at lr 1e-5 barely move the adapters: move them far, then sync as a step does
@@ -350,14 +393,28 @@ def test_smollm2_trains_with_vllm_rollouts_full_and_lora(tmp_path: Path, smollm2
 
             gen = torch.Generator().manual_seed(0)
             with torch.no_grad():
-                for name, p in trainer.policy.named_parameters():
+                for name, p in trainer.policy.model.named_parameters():
                     if "lora_B" in name:
                         p.copy_(0.05 * torch.randn(p.shape, generator=gen))
-            training.run.dist.sync_engine(trainer.engine, trainer.policy)
-            _, diff = gap_to(trainer.policy)
-            with adapters_off(trainer.policy) as base:
+            training.lifecycle.dist.sync_engine(trainer.policy.engine, trainer.policy.model)
+            _, diff = gap_to(trainer.policy.model)
+            with adapters_off(trainer.policy.model) as base:
                 _, gap = gap_to(base)
             print(f"[vllm] smollm2 lora={lora}, adapters moved: |vllm - trainer| {diff:.3g}, |vllm - base| {gap:.3g}")
             assert diff < LOGPROB_ATOL and gap > 100 * LOGPROB_ATOL  # the engine holds the merged weights
     finally:
-        training.run.logger.close()
+        training.lifecycle.logger.close()
+
+
+def test_training_with_the_correction_on_vllm(tmp_path: Path):
+    """Two steps of ``rollout=vllm optim.engine_is_mode=token_truncate``: the trainer asks the engine for log-probs,
+    and with the engine synced each step the weights are 1 within vLLM-CPU's float32 mismatch."""
+    cfg = compose_cfg([*TRAIN[:1], "steps=2", *TRAIN[2:], "rollout=vllm", "optim.engine_is_mode=token_truncate"])
+    training = build_training(cfg, tmp_path / "run", choices={"rollout": "vllm"})
+    try:
+        rows = [r for r in training.fit() if "train/loss" in r]
+    finally:
+        training.logger.close()
+    assert len(rows) == 2
+    for r in rows:
+        assert r["train/engine_is_mean"] == pytest.approx(1.0, abs=1e-3) and r["train/engine_is_bounded_frac"] == 0.0

@@ -12,8 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-
 pytestmark = pytest.mark.slow
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from gdro.data.benchmarks import BENCHMARKS, DataFileError, load_benchmark
+from gdro.data.benchmark_specs import BENCHMARKS
+from gdro.data.benchmarks import DataFileError, load_benchmark
 from gdro.interfaces import Problem
 
 log = logging.getLogger(__name__)

@@ -38,11 +38,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from gdro.app import CONF_DIR, job_log_files_closed, planned_run_dir, precheck, user_errors
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
-from gdro.data.benchmarks import BENCHMARKS, load_benchmark
+from gdro.data.benchmark_specs import BENCHMARKS
+from gdro.data.benchmarks import load_benchmark
 from gdro.data.synthetic import CopyTask
 from gdro.distributed import Dist
 from gdro.interfaces import Problem
-from gdro.models.loading import model_provenance
+from gdro.models.source import model_provenance
 from gdro.rollout.base import close_engine
 from gdro.run.ioerrors import named_io
 from gdro.validate import validate_config
@@ -77,7 +78,7 @@ class EvalAppConfig:
         from gdro.models.loading import check_placement
 
         if self.checkpoint is not None:
-            from gdro.models.loading import model_dir_problem
+            from gdro.models.dir_checks import model_dir_problem
 
             problem = model_dir_problem(str(self.checkpoint))  # a run dir, a save cut short, cut weights: named
             if problem is not None:

@@ -112,13 +112,17 @@ def evaluate(
 def format_rates(texts: Sequence[str], finished: np.ndarray, group_index: np.ndarray,
                  levels: Sequence[int]) -> dict[str, float]:
     """The answer format apart from the answer, in % of completions, overall and per level: ``eval/boxed`` (a
-    complete ``\\boxed{}`` present, whatever it holds) and ``eval/finished`` (the end token emitted in time)."""
-    from gdro.grading.rewards import last_boxed
+    complete ``\\boxed{}`` present, whatever it holds), ``eval/finished`` (the end token emitted in time) and, overall,
+    ``eval/final_box`` (finished with the answer in a final box: the format ``reward.format_weight`` rewards,
+    :func:`gdro.grading.answers.final_box` over the whole completion)."""
+    from gdro.grading.answers import final_box, last_boxed
 
     boxed = np.array([last_boxed(t) is not None for t in texts], dtype=bool)
     finished = np.asarray(finished, dtype=bool)
+    final = np.array([final_box(t) for t in texts], dtype=bool) & finished
     row_level = np.asarray(levels)[np.asarray(group_index)]
-    out = {"eval/boxed": 100.0 * float(boxed.mean()), "eval/finished": 100.0 * float(finished.mean())}
+    out = {"eval/boxed": 100.0 * float(boxed.mean()), "eval/finished": 100.0 * float(finished.mean()),
+           "eval/final_box": 100.0 * float(final.mean())}
     for lv in sorted(set(row_level.tolist())):
         m = row_level == lv
         out[f"eval/boxed/level_{lv}"] = 100.0 * float(boxed[m].mean())

@@ -34,8 +34,10 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from gdro.data.benchmarks import BENCHMARKS, MATH_SUFFIX, DataFileError, load_benchmark, read_json_lines
-from gdro.grading.rewards import EVAL_BOXES, MathVerifyReward, RewardConfig
+from gdro.data.benchmark_specs import BENCHMARKS, MATH_SUFFIX
+from gdro.data.benchmarks import DataFileError, load_benchmark, read_json_lines
+from gdro.grading.reward_config import EVAL_BOXES, RewardConfig
+from gdro.grading.rewards import MathVerifyReward
 from gdro.interfaces import Problem
 
 TEXT_KEYS = ("completion", "response")

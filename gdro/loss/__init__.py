@@ -35,12 +35,8 @@ from gdro.loss.terms import (
 )
 from gdro.loss.trl import TRLLoss
 
-# The GRPO loss's name before the seam (#29): build.py and the trainer still annotate with it, and a run
-# checkpointed before the seam resumes with `loss._target_=gdro.loss.LossConfig` (the target in its config).
-LossConfig = GRPOLoss
-
 __all__ = [
     "AGG_MODES", "KL_ESTIMATORS", "BNPOLoss", "BatchCounts", "CISPOLoss", "DAPOLoss", "DrGRPOLoss", "GRPOLoss",
-    "GSPOLoss", "Loss", "LossConfig", "LossInputs", "SAPOLoss", "TRLLoss", "TokenTerms", "aggregate", "aggregation_denom", "check_hyper", "clipped_surrogate",
+    "GSPOLoss", "Loss", "LossInputs", "SAPOLoss", "TRLLoss", "TokenTerms", "aggregate", "aggregation_denom", "check_hyper", "clipped_surrogate",
     "grpo_loss", "kl_penalty", "kl_term", "per_response_mean",
 ]

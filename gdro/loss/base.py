@@ -34,6 +34,9 @@ class LossInputs(NamedTuple):
     mask: torch.Tensor
     adv: torch.Tensor
     ref_logp: torch.Tensor | None = None  # reference π_ref (detached); None when no reference model is loaded
+    # detached per-token factor of the PG term, (B, T) or (B, 1) (the engine-trainer importance weight, TRL's
+    # importance_sampling_ratio: optim.engine_is_mode); None: 1. It multiplies the PG term only, never the KL.
+    token_weight: torch.Tensor | None = None
 
 
 class BatchCounts(NamedTuple):

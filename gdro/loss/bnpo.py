@@ -9,8 +9,8 @@ it depends on how the rows are cut (TRL's docs say so). gdro's micro-batches are
 (``optim.micro_batch_size``, the forward's plan) whose losses must sum to the mini-batch's, so gdro divides by the
 mini-batch's valid tokens (``BatchCounts.tokens``): TRL's bnpo with one micro-batch per optimiser step on one
 process (``gradient_accumulation_steps = 1``). It can differ from ``loss=dapo`` only with ``optim.mini_batches >
-1`` (dapo: the step's tokens over k; bnpo: each mini-batch's own tokens), and only once the update hands the loss
-the step's counts (gdro/loss/dapo.py, "Difference"); it is ``loss=grpo``'s token-mean aggregation.
+1`` (dapo: the step's tokens over k; bnpo: each mini-batch's own tokens); it is ``loss=grpo``'s token-mean
+aggregation.
 """
 
 from __future__ import annotations

@@ -16,9 +16,10 @@ micro-batch and process of the mini-batch, so their losses and gradients sum to 
 mini-batch (the default) it is the step's valid tokens: a token mean over the whole batch. ``ppo_epochs`` (TRL
 ``num_iterations``) reuses the same normaliser, as TRL does.
 
-Difference: gdro's update (gdro/policy/update.py) builds ``BatchCounts.of(lengths of the mini-batch)`` without the
-step's lengths, so with ``optim.mini_batches > 1`` the normaliser is the mini-batch's own valid tokens until the
-update passes ``step_lengths`` (TRL's exact split is tested on ``BatchCounts`` given them).
+The update (gdro/policy/update.py) passes each mini-batch's counts with the step's lengths
+(``BatchCounts.of(lengths[mb], step_lengths=lengths)``), so TRL's split holds for any ``optim.mini_batches``
+(tests/test_trl_losses.py on the counts, tests/test_update_options.py on the update). With
+``optim.mask_truncated_completions`` a masked completion counts 0 tokens there, as TRL's zeroed completion mask.
 """
 
 from __future__ import annotations
@@ -62,4 +63,5 @@ class DAPOLoss(TRLLoss):
         return grpo_loss(batch.logp, batch.old_logp, batch.adv, batch.mask, clip_low=self.clip_low,
                          clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
                          kl_estimator=self.kl_estimator, agg="token-mean", denom=self.normaliser(counts),
-                         token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c)
+                         token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c,
+                         token_weight=batch.token_weight)

@@ -62,4 +62,4 @@ class DrGRPOLoss:
                          clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
                          kl_estimator=self.kl_estimator, agg="seq-mean-token-sum",
                          denom=float(counts.rows * self.max_new_tokens), token_denom=float(counts.tokens),
-                         clip_ratio_c=self.clip_ratio_c)
+                         clip_ratio_c=self.clip_ratio_c, token_weight=batch.token_weight)

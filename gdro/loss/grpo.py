@@ -63,4 +63,4 @@ class GRPOLoss:
         return grpo_loss(batch.logp, batch.old_logp, batch.adv, batch.mask, clip_low=self.clip_low,
                          clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
                          kl_estimator=self.kl_estimator, agg=self.agg, denom=counts.denom(self.agg),
-                         token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c)
+                         token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c, token_weight=batch.token_weight)

@@ -30,6 +30,7 @@ from gdro.loss.terms import (
     aggregate,
     check_hyper,
     kl_term,
+    weighted,
 )
 
 __all__ = ["GSPOLoss", "sequence_log_ratio"]
@@ -90,7 +91,7 @@ class GSPOLoss:
         a = batch.adv.to(logp.dtype)
         unclipped, clipped = -a * s, -a * s.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
         seq_loss = torch.maximum(unclipped, clipped)
-        pg = seq_loss.unsqueeze(-1).expand_as(logp)  # each valid token carries its sequence's term
+        pg = weighted(seq_loss.unsqueeze(-1).expand_as(logp), batch.token_weight)  # each token: its sequence's term
         denom = counts.denom(self.agg)
         pg_loss = aggregate(pg, mask, self.agg, denom)
         loss, kl, kl_tok = kl_term(pg_loss, logp, batch.ref_logp, mask, beta_kl=self.beta_kl,

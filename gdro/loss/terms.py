@@ -198,6 +198,7 @@ def grpo_loss(
     denom: float | None = None,
     token_denom: float | None = None,
     clip_ratio_c: float | None = None,
+    token_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO loss ``agg(pg) + beta_kl * agg(kl)`` (paper Eq. 4-6; verl actor loss with ``use_kl_loss``).
 
@@ -211,6 +212,7 @@ def grpo_loss(
         denom: denominator for ``agg`` (mini-batch global count under gradient accumulation).
         token_denom: number of valid tokens of the mini-batch, used for the token statistics; defaults to
             ``denom`` when ``agg == "token-mean"``, else to this batch's token count.
+        token_weight: detached factor of each token's PG term (``weighted``); None: 1.
 
     Returns:
         ``(loss, stats, tokens)``. ``stats`` holds detached scalars that sum exactly over the micro-batches of
@@ -225,6 +227,7 @@ def grpo_loss(
         token_denom = denom if (agg == "token-mean" and denom is not None) else None
 
     pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
+    pg = weighted(pg, token_weight)
     pg_loss = aggregate(pg, mask, agg, denom)
     loss, kl, kl_tok = kl_term(pg_loss, logp, ref_logp, mask, beta_kl=beta_kl, kl_estimator=kl_estimator,
                                agg=agg, denom=denom)
@@ -237,6 +240,18 @@ def grpo_loss(
             "ratio_mean": aggregate(ratio, mask, "token-mean", token_denom),
         }
     return loss, stats, TokenTerms(pg.detach(), None if kl_tok is None else kl_tok.detach())
+
+
+def weighted(pg: torch.Tensor, token_weight: torch.Tensor | None) -> torch.Tensor:
+    """The per-token PG loss ``pg`` ``(B, T)`` times a detached per-token factor (``LossInputs.token_weight``:
+    ``(B, T)`` or ``(B, 1)``), as TRL multiplies its per-token loss by the importance-sampling ratio before the KL is
+    added; ``pg`` itself for None."""
+    if token_weight is None:
+        return pg
+    if token_weight.dim() != 2 or token_weight.shape[0] != pg.shape[0] or token_weight.shape[1] not in (1, pg.shape[1]):
+        raise ValueError(f"token_weight must have shape (B, T) = {tuple(pg.shape)} or (B, 1), got "
+                         f"{tuple(token_weight.shape)}")
+    return pg * token_weight.detach().to(pg.dtype)
 
 
 class TokenTerms(NamedTuple):

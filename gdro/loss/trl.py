@@ -32,6 +32,7 @@ from gdro.loss.terms import (
     _check_adv,
     aggregate,
     kl_term,
+    weighted,
 )
 
 __all__ = ["TRLLoss", "token_ratio"]
@@ -81,6 +82,7 @@ class TRLLoss:
         """``(loss, stats, terms)`` from the per-token PG loss ``pg``: ``pg`` and the KL aggregated by ``agg`` over
         ``denom`` (the KL added times ``beta_kl``), the stats ``pg_loss``, ``kl`` and each of ``token_stats``'s
         per-token values' mean over the mini-batch's valid tokens."""
+        pg = weighted(pg, batch.token_weight)
         pg_loss = aggregate(pg, batch.mask, agg, denom)
         loss, kl, kl_tok = kl_term(pg_loss, batch.logp, batch.ref_logp, batch.mask, beta_kl=self.beta_kl,
                                    kl_estimator=self.kl_estimator, agg=agg, denom=denom)

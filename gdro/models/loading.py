@@ -2,19 +2,18 @@
 
 Every model — the shipped 0.8M-parameter Qwen3 at ``TINY_DIR`` or ``Qwen/Qwen3-1.7B-Base`` — goes through the same
 ``AutoModelForCausalLM`` / ``AutoTokenizer.from_pretrained`` path, so the trainer never special-cases the toy. How
-the tiny model and its tokenizer are built and warm-started is :mod:`gdro.models.tiny`.
+the tiny model and its tokenizer are built and warm-started is :mod:`gdro.models.tiny`; where the weights are read
+from (a hub id, a local dir, the fallback copy) is :mod:`gdro.models.source`; what keeps a model dir from loading
+is found by :mod:`gdro.models.dir_checks`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import inspect
-import json
 import logging
 import os
 import pickle
-import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +21,19 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gdro.models.dir_checks import (
+    chat_template_problem,
+    model_dir_problem,
+    shape_mismatch,
+    shape_problem,
+    tokenizer_problem,
+    weights_problem,
+)
 from gdro.models.lora import LoraSpec
-from gdro.models.prompts import format_prompt  # noqa: F401 (re-exported: it lived here)
+from gdro.models.source import model_path
 
 if TYPE_CHECKING:
     from gdro.rollout.base import Generator
-
-TINY_DIR = Path(__file__).resolve().parent.parent / "assets" / "tiny-copy"
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -122,8 +127,6 @@ class ModelSpec:
         return DTYPES[self.master_dtype or self.dtype]
 
 
-log = logging.getLogger(__name__)
-
 DEVICE_CHOICES = "auto, cpu, cuda or cuda:N"
 
 
@@ -180,141 +183,6 @@ def check_placement(threads: int | None, device: str) -> None:
     resolve_device(device)
 
 
-def resolve_path(name_or_path: str) -> str:
-    """``"tiny"`` → the shipped checkpoint directory; ``"qwen3-rehearsal"`` → the rehearsal model (Qwen3's
-    architecture, vocabulary and real tokenizer, random weights; built once on first use, :mod:`gdro.models.qwen3`);
-    anything else unchanged (hub id or local path)."""
-    if name_or_path in ("qwen3-rehearsal", "qwen3-1.7b-random"):
-        from gdro.models.qwen3 import build_rehearsal_model
-
-        return str(build_rehearsal_model(name=name_or_path))
-    return str(TINY_DIR) if name_or_path == "tiny" else name_or_path
-
-
-_HUB_TIMEOUT_S = 10.0  # how long the hub may take to answer whether a model is there, before the fallback is used
-
-
-def model_path(spec: ModelSpec) -> str:
-    """Where ``spec``'s model is read from: :func:`resolve_path` of ``name_or_path``, or ``spec.fallback`` when
-    ``name_or_path`` is a hub id that cannot be had (:func:`hub_problem`). Decided once per process (cached), so
-    a run's tokenizer, policy and engine all read the same weights; the choice is logged."""
-    return _model_path(spec.name_or_path, spec.revision, spec.fallback)
-
-
-@functools.cache
-def _model_path(name_or_path: str, revision: str | None, fallback: str | None) -> str:
-    path = resolve_path(name_or_path)
-    if fallback is None or Path(path).is_dir():
-        return path
-    problem = hub_problem(path, revision)
-    if problem is None:
-        return path
-    log.warning("model %s cannot be had here (%s): using its local copy %s (model.fallback)", path, problem, fallback)
-    return fallback
-
-
-def hub_problem(repo_id: str, revision: str | None = None) -> str | None:
-    """Why the hub model ``repo_id`` cannot be had here, in a few words (None: its ``config.json`` is in the local
-    Hugging Face cache, or the hub answered within ``_HUB_TIMEOUT_S``)."""
-    from huggingface_hub import hf_hub_download, try_to_load_from_cache
-
-    try:
-        if isinstance(try_to_load_from_cache(repo_id, "config.json", revision=revision), str):
-            return None
-    except ValueError as err:  # not a valid repo id
-        return f"not a hub id: {err}"
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
-        return "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set"
-    try:
-        hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=_HUB_TIMEOUT_S)
-    except Exception as err:  # noqa: BLE001 -- any failure to fetch (network, auth, a missing repo) means "not here"
-        return f"not in the local cache, and fetching it failed: {type(err).__name__}"
-    return None
-
-
-def model_provenance(spec: ModelSpec) -> dict[str, Any]:
-    """What run.json records about the weights: the name asked for, the path read, whether ``model.fallback`` was
-    used, and a local dir's ``gdro_source.json`` (how gdro built it, with checksums: scripts/get_smollm2.py)."""
-    path = model_path(spec)
-    out: dict[str, Any] = {"name_or_path": spec.name_or_path, "path": path,
-                           "fallback_used": spec.fallback is not None and path == spec.fallback}
-    source = Path(path) / "gdro_source.json"
-    if source.is_file():
-        try:
-            out["source"] = json.loads(source.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            out["source"] = f"unreadable: {err}"
-    return out
-
-
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
-
-
-def model_dir_problem(path: str | Path) -> str | None:
-    """What keeps a local model directory from loading, in one line (None: it looks complete, or it is no local
-    directory). A save cut short leaves ``config.json`` without weights or tokenizer: transformers would then fail
-    far from the cause (a chat-template error)."""
-    path = Path(path)
-    if not path.is_dir():
-        return None
-    names = {p.name for p in path.iterdir()}
-    missing = [what for what, files in (("config.json", ("config.json",)), ("weights", WEIGHT_FILES),
-                                        ("tokenizer", TOKENIZER_FILES)) if not names & set(files)]
-    if "run.json" in names:
-        return f"{str(path)!r} is a gdro run dir; its final policy is {str(path / 'checkpoint')!r}"
-    if len(missing) == 3:
-        return None  # no model dir at all (from_pretrained's own message says so)
-    if missing:
-        return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
-                "rerunning the gdro-train command that wrote it finishes it)")
-    return weights_problem(path)
-
-
-def weights_problem(path: str | Path) -> str | None:
-    """The first weights file of model dir ``path`` that cannot load, in one line (None: none found). Cheap,
-    nothing is loaded: a ``*.safetensors`` file's header and length; a ``*.bin`` file's zip directory (at its end:
-    a truncated ``torch.save`` file has none), or, for the legacy format (no zip), its first byte."""
-    from safetensors import SafetensorError, safe_open
-
-    def unreadable(weights: Path, why: object) -> str:
-        return f"{str(weights)!r} is unreadable, truncated or corrupt ({' '.join(str(why).split())})"
-
-    path = Path(path)
-    for weights in sorted(path.glob("*.safetensors")):
-        try:
-            with safe_open(str(weights), framework="pt"):
-                pass
-        except (SafetensorError, OSError) as err:
-            return unreadable(weights, err)
-    for weights in sorted(path.glob("*.bin")):
-        try:
-            if zipfile.is_zipfile(weights):
-                with zipfile.ZipFile(weights):
-                    continue
-            with weights.open("rb") as fh:
-                if fh.read(1) != b"\x80":  # a legacy torch.save file is a pickle: it opens with PROTO
-                    return unreadable(weights, "not a whole torch.save file: no zip directory at its end (cut short?)")
-        except (zipfile.BadZipFile, OSError) as err:
-            return unreadable(weights, err)
-    return None
-
-
-def _tokenizer_problem(path: str, err: BaseException) -> str:
-    """Why the tokenizer of model dir ``path`` does not load, in one line: the first of its JSON files that does not
-    parse (a truncated or corrupt ``tokenizer.json``), else ``err`` itself."""
-    for name in (*TOKENIZER_FILES, "special_tokens_map.json", "added_tokens.json", "vocab.json"):
-        file = Path(path) / name
-        if file.is_file():
-            try:
-                json.loads(file.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as bad:
-                return f"{str(file)!r} is unreadable, truncated or corrupt ({' '.join(str(bad).split())})"
-    present = [name for name in TOKENIZER_FILES if (Path(path) / name).is_file()]
-    return (f"its tokenizer ({', '.join(present) or 'no tokenizer file'}) does not load "
-            f"({type(err).__name__}: {' '.join(str(err).split())})")
-
-
 def _unavailable(spec: ModelSpec, path: str, err: BaseException) -> ModelUnavailableError:
     if spec.fallback is not None and path == spec.fallback:
         hint = (f"{spec.name_or_path} cannot be had here and its local copy (model.fallback) does not hold a "
@@ -350,11 +218,36 @@ def load_tokenizer(spec: ModelSpec):
     except Exception as err:  # a local file that does not parse (JSONDecodeError; tokenizers raises a bare Exception)
         if not Path(path).is_dir():
             raise
-        raise ModelUnavailableError(f"Cannot load model {path!r}: {_tokenizer_problem(path, err)}") from err
+        raise ModelUnavailableError(f"Cannot load model {path!r}: {tokenizer_problem(path, err)}") from err
+    problem = chat_template_problem(path, tokenizer) if spec.use_chat_template else None
+    if problem is not None:
+        raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     return tokenizer
+
+
+def lora_target_problem(spec: ModelSpec) -> str | None:
+    """``model.lora.target_modules`` checked against the modules of ``spec``'s model, built on the meta device from
+    its config (no weight is read), in one line naming the targets it lacks and its linear layers (None: no
+    adapters, ``all-linear``, the targets are there, or the config cannot be read here: loading says why)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from gdro.models.lora import target_problem, targets_text
+
+    targets = spec.lora.target_modules
+    if not spec.lora.enabled or targets == "all-linear":
+        return None
+    try:
+        config = AutoConfig.from_pretrained(model_path(spec), revision=spec.revision,
+                                            trust_remote_code=spec.trust_remote_code)
+        with torch.device("meta"):
+            skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=spec.trust_remote_code)
+    except Exception:  # noqa: BLE001 (not checkable here: loading the model says what is wrong, if anything)
+        return None
+    problem = target_problem(skeleton, targets)
+    return None if problem is None else f"model.lora.target_modules={targets_text(targets)}: {problem}"
 
 
 COMPUTE_DTYPE_ATTR = "gdro_compute_dtype"
@@ -410,55 +303,6 @@ def _held_load_report() -> Iterator[None]:
         logger.handle(record)
 
 
-def _mismatch(path: str, keys: set[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> str:
-    """One line for weights whose shapes are not those ``config.json`` gives (``(key, in the weights, by the
-    config)``)."""
-    key, weights, config = min(keys)
-    more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
-    return (f"{str(Path(path) / 'config.json')!r} does not match its weights: {key} is {list(weights)} in the "
-            f"weights but {list(config)} by config.json{more} (a config.json of another model size?)")
-
-
-def shape_problem(path: str | Path, trust_remote_code: bool = False) -> str | None:
-    """Weights of model dir ``path`` whose shapes are not those its ``config.json`` gives (a config.json of another
-    model size), in one line; None when they match or cannot be compared. Cheap, no weight is read: the model
-    built on the meta device against the shapes the weights files record (``*.safetensors`` headers, a zip
-    ``*.bin``'s tensor records), for the names both have. (Checked before loading: transformers would draw its
-    progress bar and log a table of many lines, then raise.)"""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    files = sorted(Path(path).glob("*.safetensors")) or sorted(p for p in Path(path).glob("*.bin")
-                                                                if zipfile.is_zipfile(p))
-    if not files:
-        return None
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code)
-        if getattr(config, "quantization_config", None):
-            return None  # packed weights: their stored shapes are not the layers' shapes
-        with torch.device("meta"):
-            skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
-        expected = {k: tuple(v.shape) for k, v in skeleton.state_dict().items()}
-        mismatched = {(key, shape, expected[key]) for key, shape in _stored_shapes(files)
-                      if key in expected and expected[key] != shape}
-    except Exception:  # noqa: BLE001 (not comparable here: from_pretrained says what is wrong, if anything)
-        return None
-    return _mismatch(str(path), mismatched) if mismatched else None
-
-
-def _stored_shapes(files: list[Path]) -> Iterator[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of every tensor in the weights ``files``, reading no tensor data."""
-    from safetensors import safe_open
-
-    for weights in files:
-        if weights.suffix == ".safetensors":
-            with safe_open(str(weights), framework="pt") as fh:
-                for key in fh.keys():  # noqa: SIM118 (a safe_open handle is not iterable)
-                    yield key, tuple(fh.get_slice(key).get_shape())
-        else:  # mapped, onto the meta device: the records only
-            state = torch.load(weights, mmap=True, weights_only=True, map_location="meta")
-            yield from ((key, tuple(t.shape)) for key, t in state.items() if isinstance(t, torch.Tensor))
-
-
 def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer=None, train: bool = False):
     """Load ``(model, tokenizer)`` for any causal LM on ``device``; left padding and a pad token are guaranteed.
 
@@ -486,7 +330,8 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
                 trust_remote_code=spec.trust_remote_code, ignore_mismatched_sizes=True, output_loading_info=True,
                 **_kernel_kwargs(spec.hub_kernels))
             if info.get("mismatched_keys"):  # (weights shape_problem cannot read): the report held back is dropped
-                raise ModelUnavailableError(f"Cannot load model {path!r}: {_mismatch(path, info['mismatched_keys'])}")
+                raise ModelUnavailableError(f"Cannot load model {path!r}: "
+                                            f"{shape_mismatch(path, info['mismatched_keys'])}")
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         if isinstance(err, ModelUnavailableError):
             raise

@@ -86,12 +86,55 @@ class LoraSpec:
         return cls(**{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in value.items()})
 
 
+def targets_text(target_modules: Any) -> str:
+    """``target_modules`` as the command line writes it: ``[q_proj, v_proj]``, or the string itself."""
+    if isinstance(target_modules, (list, tuple)):
+        return f"[{', '.join(target_modules)}]"
+    return str(target_modules)
+
+
+def target_problem(model: torch.nn.Module, target_modules: Any) -> str | None:
+    """What of ``target_modules`` the modules of ``model`` lack, in one line naming its linear layers (None: every
+    name matches, as peft matches it, only layers peft can adapt; ``all-linear`` always). A list names modules by
+    their name or its dotted end (peft otherwise passes a name that matches nothing if another matches); a string
+    is a regular expression over the full names. Cheap: ``model`` may be on the meta device."""
+    from transformers.pytorch_utils import Conv1D
+
+    if target_modules == "all-linear":
+        return None
+    linear, adaptable = (torch.nn.Linear, Conv1D), (torch.nn.Linear, Conv1D, torch.nn.Embedding, torch.nn.Conv1d,
+                                                    torch.nn.Conv2d, torch.nn.Conv3d, torch.nn.MultiheadAttention)
+    modules = [(name, m) for name, m in model.named_modules() if name]
+    layers = list(dict.fromkeys(name.rpartition(".")[2] for name, m in modules if isinstance(m, linear)))
+    if isinstance(target_modules, str):
+        import re
+
+        try:
+            groups = [(repr(target_modules), [(n, m) for n, m in modules if re.fullmatch(target_modules, n)])]
+        except re.error as err:
+            return f"{target_modules!r} is not a regular expression ({err})"
+    else:
+        groups = [(t, [(n, m) for n, m in modules if n == t or n.endswith(f".{t}")]) for t in target_modules]
+    bad = []
+    for target, matched in groups:
+        other = next(((n, m) for n, m in matched if not isinstance(m, adaptable)), None)
+        if not matched:
+            bad.append(f"{target} {'matches' if isinstance(target_modules, str) else 'names'} no module of the model")
+        elif other is not None:
+            what = f"matches {other[0]}," if isinstance(target_modules, str) else "is"
+            bad.append(f"{target} {what} a {type(other[1]).__name__}, not a linear layer")
+    return f"{'; '.join(bad)} (its linear layers, the LoRA targets: {', '.join(layers)})" if bad else None
+
+
 def add_adapters(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     """Inject ``spec``'s adapters into ``model`` in place and freeze everything else; the model keeps its class.
     The adapters' initial values come from torch's generator (B = 0, so the policy starts as the base)."""
     from peft import LoraConfig, inject_adapter_in_model
 
     tm = spec.target_modules
+    problem = target_problem(model, tm)  # (gdro-train checks this before its run dir opens: gdro.build)
+    if problem is not None:
+        raise ValueError(f"lora.target_modules={tm!r}: {problem}")
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
                      target_modules=list(tm) if isinstance(tm, tuple) else tm, bias="none")
     try:

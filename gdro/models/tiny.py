@@ -4,7 +4,7 @@ The tiny model is a ``Qwen3ForCausalLM`` (hidden 128, 4 layers, 4/2 heads, tied 
 tokenizer built locally by the ``tokenizers`` library (nothing is downloaded). It is warm-started by a short SFT
 on the copy task (``gdro.data.synthetic``) and stopped on purpose while the long levels are still mostly unsolved,
 so GRPO has headroom: see :func:`build_tiny` and ``scripts/build_tiny_model.py``. It ships in
-``gdro/assets/tiny-copy`` (:data:`gdro.models.loading.TINY_DIR`) and loads like any other model (``model.name_or_path=tiny``).
+``gdro/assets/tiny-copy`` (:data:`gdro.models.source.TINY_DIR`) and loads like any other model (``model.name_or_path=tiny``).
 """
 
 from __future__ import annotations

@@ -4,9 +4,13 @@ packing)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+
+# how the engine-trainer importance weight is bounded (TRL vllm_importance_sampling_mode); none: not applied
+ENGINE_IS_MODES = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,16 @@ class OptimConfig:
     skip_zero_adv: bool = True  # exact speed-up when beta_kl = 0: rows with A = 0 add no gradient
     shared_prefix: bool = True  # encode each prompt once per micro-batch and reuse its KV cache for its group's rows
     pack: bool = True  # with shared_prefix: a group's completions packed after its prompt in one sequence where it fits
+    # TRL mask_truncated_completions (DAPO's overlong filtering): completions that hit the length limit (no end token)
+    # leave the loss: their tokens count in no numerator and no denominator (their rewards still shape the advantages)
+    mask_truncated_completions: bool = False
+    # Truncated importance sampling for the engine-trainer mismatch (TRL vllm_importance_sampling_*): each token's PG
+    # term times w = exp(trainer's old log-prob - engine's log-prob) (a sequence's: exp of the sum), bounded:
+    # *_truncate clamps w to [engine_is_min, engine_is_max], *_mask zeroes it outside; none: off (the engine then
+    # returns no log-probs)
+    engine_is_mode: str = "none"
+    engine_is_max: float | None = 3.0
+    engine_is_min: float | None = None
 
     def __post_init__(self) -> None:
         checks = [
@@ -46,7 +60,19 @@ class OptimConfig:
         for key, ok, why in checks:
             if not ok:
                 raise ValueError(f"{key} {why}, got {getattr(self, key)}")
-        for key in ("shared_prefix", "pack"):
+        if self.engine_is_mode not in ENGINE_IS_MODES:
+            raise ValueError(f"engine_is_mode must be one of {ENGINE_IS_MODES}, got {self.engine_is_mode!r}")
+        for key in ("engine_is_max", "engine_is_min"):
+            value = getattr(self, key)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                      or not (value > 0 and math.isfinite(value))):
+                raise ValueError(f"{key} must be a finite number > 0 or null, got {value!r}")
+        lo, hi = self.engine_is_min, self.engine_is_max
+        if lo is not None and hi is not None and not lo < hi:
+            raise ValueError(f"engine_is_min must be < engine_is_max, got {lo} and {hi}")
+        if self.engine_is_mode.endswith("truncate") and hi is None and lo is None:
+            raise ValueError(f"engine_is_mode={self.engine_is_mode} needs engine_is_max or engine_is_min (a bound)")
+        for key in ("shared_prefix", "pack", "mask_truncated_completions"):
             if not isinstance(getattr(self, key), bool):
                 raise TypeError(f"{key} must be true or false, got {getattr(self, key)!r}")
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gdro.distributed import Dist, in_root, is_sharded
+from gdro.distributed import Dist
+from gdro.fsdp import in_root, is_sharded
 from gdro.policy.config import OptimConfig
 from gdro.policy.layouts import (
     caches_dropped,

@@ -8,6 +8,7 @@ clipping, and the per-response losses the controllers read.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -69,28 +70,41 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
         ref = _by_row(n, mine, fwd.logprobs_no_grad(pi_ref, roll, mine)) if loss.beta_kl > 0 else None
     t_ref = time.perf_counter() - t_ref
     skip = optim_cfg.skip_zero_adv and loss.beta_kl == 0
-    step = _Update(model, optimizer, roll, adv, loss, fwd, mine, old, ref)
+    # the rows in the loss: all, or (mask_truncated_completions) those that emitted the end token; a masked row's
+    # tokens count nowhere, as TRL zeroes its completion mask (its length here is 0)
+    in_loss = roll.finished if optim_cfg.mask_truncated_completions else np.ones(n, dtype=bool)
+    lengths = np.where(in_loss, roll.lengths, 0)
+    engine_is = EngineIS.of(optim_cfg, roll)
+    step = _Update(model, optimizer, roll, adv, loss, fwd, mine, old, ref, lengths, engine_is)
     model.train()
     for epoch in range(optim_cfg.ppo_epochs):
         order = np.arange(n) if single_step else rng.permutation(n)
         for mb in np.array_split(order, optim_cfg.mini_batches):
             if len(mb) == 0:
                 continue
-            rows = mb[adv[mb].abs().numpy() > 0] if skip else mb
+            rows = mb[in_loss[mb]]
+            rows = rows[adv[rows].abs().numpy() > 0] if skip else rows
             step.mini_batch(mb, rows, first_epoch=epoch == 0, grad_clip=optim_cfg.grad_clip)
     scheduler.step()
     sig_pg, sig_kl, totals = fwd.dist.reduce_update(step.sig_pg, step.sig_kl, step.totals)
+    out = _statistics(totals, step.grad_norms, optim_cfg, measured_kl=ref is not None)
+    out["train/lr"] = float(scheduler.get_last_lr()[0])
+    out["train/rows_in_update"] = float(int((in_loss & (adv.abs().numpy() > 0)).sum()) if skip else int(in_loss.sum()))
+    out["time/ref_s"] = t_ref  # the reference model's forward (0 without one)
+    return out, ResponseLosses(pg=sig_pg, kl=sig_kl)
+
+
+def _statistics(totals: dict[str, float], grad_norms: list[float], optim_cfg: OptimConfig, *,
+                measured_kl: bool) -> dict[str, float | None]:
+    """The update's ``train/*`` means over its optimiser steps, the token-mean entropy and the mean grad norm."""
     n_steps = optim_cfg.ppo_epochs * optim_cfg.mini_batches
     ent_sum, ent_tokens = totals.pop(_ENT_SUM, 0.0), totals.pop(_ENT_TOKENS, 0.0)
     out: dict[str, float | None] = {f"train/{k}": v / n_steps for k, v in totals.items()}
     out["train/entropy"] = ent_sum / ent_tokens if ent_tokens else None  # None: no token was forwarded
-    if ref is None:
+    if not measured_kl:
         out["train/kl"] = None  # no reference model (beta_kl = 0): KL to π_ref is not measured
-    out["train/grad_norm"] = float(np.mean(step.grad_norms)) if step.grad_norms else 0.0
-    out["train/lr"] = float(scheduler.get_last_lr()[0])
-    out["train/rows_in_update"] = float(n if not skip else int((adv.abs() > 0).sum()))
-    out["time/ref_s"] = t_ref  # the reference model's forward (0 without one)
-    return out, ResponseLosses(pg=sig_pg, kl=sig_kl)
+    out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+    return out
 
 
 @dataclass
@@ -106,6 +120,8 @@ class _Update:
     mine: np.ndarray  # the rows this process trains on (all of them in one process)
     old: list[torch.Tensor | None] | None  # π_old log-probs per row (None: one optimiser step, π_old = π_θ)
     ref: list[torch.Tensor | None] | None  # π_ref log-probs per row (None: no KL)
+    lengths: np.ndarray  # (N,) each row's tokens in the loss (0 for a row the loss masks out)
+    engine_is: EngineIS | None  # the engine-trainer importance weight (None: off)
     sig_pg: np.ndarray = field(init=False)
     sig_kl: np.ndarray = field(init=False)
     totals: dict[str, float] = field(default_factory=dict)
@@ -120,7 +136,8 @@ class _Update:
     def mini_batch(self, mb: np.ndarray, rows: np.ndarray, *, first_epoch: bool, grad_clip: float) -> None:
         """One optimiser step over mini-batch ``mb``, forwarding this process's ``rows`` of it."""
         # mini-batch-wide denominators: micro-batch losses then sum to the mini-batch loss exactly
-        counts = BatchCounts.of(self.roll.lengths[mb])
+        # and the step's whole batch, TRL's generation batch, the dapo/cispo normaliser's (BatchCounts.step_token_share)
+        counts = BatchCounts.of(self.lengths[mb], step_lengths=self.lengths)
         rows = rows[self.is_mine[rows]]
         self.optimizer.zero_grad(set_to_none=True)
         plan = self.fwd.plan(self.model, self.roll, rows, self.mine)
@@ -146,7 +163,13 @@ class _Update:
         old_lp = logp.detach() if self.old is None else _stack([self.old[i] for i in part], width)
         ref_lp = None if self.ref is None else _stack([self.ref[i] for i in part], width)
         adv = self.adv[part].to(logp.device, logp.dtype)
-        loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp), counts)
+        weight = None
+        if self.engine_is is not None:
+            weight, is_stats = self.engine_is.weights(old_lp, _stack([self.engine_is.engine[i] for i in part], width)
+                                                      .to(old_lp.device, old_lp.dtype), mask, counts)
+            for k, v in is_stats.items():
+                self.totals[k] = self.totals.get(k, 0.0) + float(v)
+        loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp, weight), counts)
         sides = clip_sides(self.loss, logp, old_lp, mask, adv, counts)
         stats = stats | {k: v for k, v in sides.items() if k not in stats}
         # a sharded model averages the gradients over processes; the loss is already normalised by the whole batch
@@ -161,6 +184,51 @@ class _Update:
 
 
 _ENT_SUM, _ENT_TOKENS = "_entropy_sum", "_entropy_tokens"  # summed over micro-batches and processes, then divided
+
+
+@dataclass(frozen=True)
+class EngineIS:
+    """Truncated importance sampling for the engine-trainer mismatch (``optim.engine_is_mode``; TRL's
+    ``vllm_importance_sampling_correction``): the rollouts were sampled by the engine, whose log-probs differ from the
+    trainer's (another kernel, precision, or weights a sync behind), so each token's PG term is weighted by
+    ``w = exp(old_logp - engine_logp)`` (a ``sequence_*`` mode: one weight per row, ``exp`` of the row's summed
+    difference), then bounded: ``*_truncate`` clamps ``w`` to ``[min, max]``, ``*_mask`` sets it to 0 outside.
+    ``old_logp`` is the trainer's behaviour log-prob (its current one, detached, for a one-step update), as TRL's."""
+
+    mode: str
+    lo: float | None
+    hi: float | None
+    engine: list[torch.Tensor]  # (N,) the engine's sampled-token log-probs per row
+
+    @classmethod
+    def of(cls, cfg: OptimConfig, roll: RolloutBatch) -> EngineIS | None:
+        """The correction ``cfg`` asks for (None when off); the rollouts must carry the engine's log-probs."""
+        if cfg.engine_is_mode == "none":
+            return None
+        if roll.logprobs is None:
+            raise ValueError(f"optim.engine_is_mode={cfg.engine_is_mode} needs the engine's log-probs, and the "
+                             "rollouts carry none (the trainer asks the engine for them when the mode is set)")
+        return cls(cfg.engine_is_mode, cfg.engine_is_min, cfg.engine_is_max,
+                   [torch.as_tensor(lp, dtype=torch.float32) for lp in roll.logprobs])
+
+    def weights(self, old_lp: torch.Tensor, engine_lp: torch.Tensor, mask: torch.Tensor,
+                counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(w, stats)`` of one micro-batch: ``w`` ``(B, T)`` or ``(B, 1)`` (detached); ``stats``: sums over the
+        mini-batch's valid tokens of ``engine_is_mean`` (the bounded weight) and ``engine_is_bounded_frac`` (tokens
+        whose weight the bound changed)."""
+        with torch.no_grad():
+            diff = torch.nan_to_num((old_lp - engine_lp) * mask, nan=0.0)  # an unknown engine log-prob: weight 1
+            if self.mode.startswith("sequence"):
+                diff = diff.sum(dim=-1, keepdim=True)
+            w = torch.exp(diff.clamp(max=20.0))
+            lo = -math.inf if self.lo is None else self.lo
+            hi = math.inf if self.hi is None else self.hi
+            out = (w < lo) | (w > hi)
+            w = w.clamp(min=self.lo, max=self.hi) if self.mode.endswith("truncate") else w.masked_fill(out, 0.0)
+            valid, tokens = mask != 0, float(counts.tokens)
+            stats = {"engine_is_mean": (w.expand_as(old_lp) * valid).sum() / tokens,
+                     "engine_is_bounded_frac": (out.expand_as(old_lp) & valid).sum() / tokens}
+        return w, stats
 
 
 def clip_sides(loss: Loss, logp: torch.Tensor, old_lp: torch.Tensor, mask: torch.Tensor, adv: torch.Tensor,

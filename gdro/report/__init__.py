@@ -68,6 +68,16 @@ from gdro.report.figures import (
     make_figures,
 )
 from gdro.report.mechanism import mechanism_markdown, mechanism_rows
+from gdro.report.names import (
+    BASELINE,
+    DISPLAY_NAMES,
+    METHOD_ORDER,
+    METRIC_KEY,
+    bin_sort_key,
+    display_name,
+    is_headline,
+    metric_sort_key,
+)
 from gdro.report.paired import (
     ORACLE,
     add_tail_metrics,
@@ -79,24 +89,16 @@ from gdro.report.paired import (
     steps_to,
     tail_name,
 )
-from gdro.report.paper_figures import write_paper_figures
+from gdro.report.paper_plots import write_paper_figures
 from gdro.report.runs import (
-    BASELINE,
-    DISPLAY_NAMES,
-    METHOD_ORDER,
-    METRIC_KEY,
     STATUSES,
-    Run,
     Skipped,
+    SweepRun,
     UnusableRun,
     _groups,
-    bin_sort_key,
-    display_name,
     exclusion_notes,
     find_runs,
-    is_headline,
     load_run,
-    metric_sort_key,
     read_metrics,
     scan_runs,
 )
@@ -112,12 +114,44 @@ from gdro.report.table import (
 from gdro.report.table1 import log_to_wandb, write_table1
 
 __all__ = [
-    "BASELINE", "DISPLAY_NAMES", "METHOD_ORDER", "METRIC_KEY", "ORACLE", "STATUSES", "Run", "Skipped",
-    "UnusableRun", "_colors", "_groups", "_over_seeds", "add_tail_metrics", "aggregate", "bin_sort_key",
-    "display_name", "exclusion_notes", "find_runs", "format_cell", "format_gain", "is_headline",
-    "load_run", "main", "make_figures", "mean_bin_drift", "mean_ci", "metric_sort_key",
-    "paired_comparison", "paired_markdown", "parse_levels", "read_metrics", "rollouts_spent", "scan_runs",
-    "steps_to", "t975", "tail_name", "to_markdown", "write_table",
+    "BASELINE",
+    "DISPLAY_NAMES",
+    "METHOD_ORDER",
+    "METRIC_KEY",
+    "ORACLE",
+    "STATUSES",
+    "Skipped",
+    "SweepRun",
+    "UnusableRun",
+    "_colors",
+    "_groups",
+    "_over_seeds",
+    "add_tail_metrics",
+    "aggregate",
+    "bin_sort_key",
+    "display_name",
+    "exclusion_notes",
+    "find_runs",
+    "format_cell",
+    "format_gain",
+    "is_headline",
+    "load_run",
+    "main",
+    "make_figures",
+    "mean_bin_drift",
+    "mean_ci",
+    "metric_sort_key",
+    "paired_comparison",
+    "paired_markdown",
+    "parse_levels",
+    "read_metrics",
+    "rollouts_spent",
+    "scan_runs",
+    "steps_to",
+    "t975",
+    "tail_name",
+    "to_markdown",
+    "write_table",
 ]
 
 
@@ -162,7 +196,7 @@ def _parser() -> _Parser:
     return ap
 
 
-def _write_mechanism(runs: list[Run], out: Path, figs: list[Path]) -> tuple[Path | None, str, Path | None]:
+def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple[Path | None, str, Path | None]:
     """mechanism.md (and its text) and the paper's mechanism figures (paper_mechanism.md; their PNGs appended to
     ``figs``, the ones skipped named on stderr)."""
     mech_rows, mech_bins = mechanism_rows(runs)

@@ -1,7 +1,5 @@
-"""``python -m gdro.report SWEEP_DIR``: the same as ``gdro-report``."""
+"""``python -m gdro.report SWEEP_DIR``: the same as ``gdro-report`` (its Ctrl-C handler first)."""
 
-import sys
+from gdro.entry import report
 
-from gdro.report import main
-
-sys.exit(main())
+report()

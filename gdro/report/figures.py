@@ -9,20 +9,18 @@ from typing import Any
 
 import numpy as np
 
-from gdro.report.runs import (
+from gdro.report.names import (
     METRIC_KEY,
-    Run,
-    _groups,
-    _label,
     _method_rank,
     bin_sort_key,
     display_name,
     is_headline,
     metric_sort_key,
 )
+from gdro.report.runs import SweepRun, _groups, _label
 
 
-def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
+def _series(run: SweepRun, key: str) -> tuple[np.ndarray, np.ndarray]:
     pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float)) and "step" in r]
     if not pts:
         return np.empty(0), np.empty(0)
@@ -31,7 +29,7 @@ def _series(run: Run, key: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 
-def _over_seeds(runs: list[Run], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _over_seeds(runs: list[SweepRun], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Steps, mean over runs and s.d. over runs (0 where only one run has the step)."""
     return _pool_by_step(_series(run, key) for run in runs)
 
@@ -68,7 +66,7 @@ def _colors(methods: list[str]) -> dict[str, Any]:
 
 
 
-def _headline_key(runs: list[Run], kind: str) -> str | None:
+def _headline_key(runs: list[SweepRun], kind: str) -> str | None:
     keys = sorted(
         {k for r in runs for row in r.eval_rows() for k in row
          if is_headline(k) and METRIC_KEY.match(k)["kind"] == kind},
@@ -170,13 +168,13 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
 
 
 
-def _ordered_groups(runs: list[Run]) -> dict[str, list[Run]]:
+def _ordered_groups(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
     """The runs per method, methods in the report's order and each method's runs by seed (stable colours and
     legends across figures)."""
     return _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
 
 
-def fig_compute_curves(runs: list[Run], key: str, threshold: float | None, path) -> bool:
+def fig_compute_curves(runs: list[SweepRun], key: str, threshold: float | None, path) -> bool:
     """The held-out curve ``key`` against generated tokens and against steps, per method the mean over its seeds
     ± 1 s.d. where all its runs are measured, GRPO's final value (the compute table's threshold) dashed."""
     import matplotlib.pyplot as plt
@@ -213,7 +211,7 @@ def fig_compute_curves(runs: list[Run], key: str, threshold: float | None, path)
 
 
 
-def make_figures(runs: list[Run], out_dir: str | Path) -> list[Path]:
+def make_figures(runs: list[SweepRun], out_dir: str | Path) -> list[Path]:
     """Write the figures whose keys some run logs; returns the paths written."""
     import matplotlib
 

@@ -1,7 +1,7 @@
 """Sweep report, the mechanism table (mechanism.md): *why* a row did what it did, measured on its training steps.
 
 Per method, mean ± 95% CI over its runs (Student t), each run first averaged over its steps after the unseen phase
-(:meth:`gdro.report.runs.Run.after_first_pass`: the steps after one pass over the pool, the same steps for every
+(:meth:`gdro.report.runs.SweepRun.after_first_pass`: the steps after one pass over the pool, the same steps for every
 row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
 
 - **groups with gradient**: ``difficulty/informative``, the share of the batch's groups that are neither all correct
@@ -27,8 +27,9 @@ import math
 
 import numpy as np
 
+from gdro.report.names import _method_rank, bin_sort_key, display_name
 from gdro.report.paired import first_last_quarter
-from gdro.report.runs import Run, _groups, _method_rank, bin_sort_key, display_name
+from gdro.report.runs import SweepRun, _groups
 from gdro.report.table import format_cell, mean_ci
 
 
@@ -50,7 +51,7 @@ def _kept(rows: list[dict]) -> float:
     return (total - sum(d for _, d in gen)) / total if total > 0 else math.nan
 
 
-def mechanism_rows(runs: list[Run]) -> tuple[list[dict], list[str]]:
+def mechanism_rows(runs: list[SweepRun]) -> tuple[list[dict], list[str]]:
     """Per method: the run-level means (see the module docstring) pooled over runs; and the bins seen anywhere."""
     out, bins = [], set()
     for method in sorted(_groups(runs), key=_method_rank):

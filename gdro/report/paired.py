@@ -7,18 +7,8 @@ import math
 
 import numpy as np
 
-from gdro.report.runs import (
-    BASELINE,
-    METRIC_KEY,
-    Run,
-    _groups,
-    _label,
-    _method_rank,
-    _select_row,
-    _step,
-    display_name,
-    metric_sort_key,
-)
+from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, metric_sort_key
+from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
 from gdro.report.table import format_cell, mean_ci
 
 ORACLE = "oracle-levels+fixed"
@@ -49,7 +39,7 @@ def tail_name(levels: list[int]) -> str:
 
 
 
-def add_tail_metrics(runs: list[Run], levels: list[int]) -> list[str]:
+def add_tail_metrics(runs: list[SweepRun], levels: list[int]) -> list[str]:
     """Add to every evaluation row, for each ``eval/[<bench>/](mean|pass)@k`` family that logs every level in
     ``levels``, the mean of those levels: ``eval/...@k/levels_7-12`` (levels weighted equally, as the held-out
     set holds the same number of problems per level). Returns the keys added (sorted); rows missing a level get
@@ -68,7 +58,7 @@ def add_tail_metrics(runs: list[Run], levels: list[int]) -> list[str]:
 
 
 
-def steps_to(run: Run, key: str, threshold: float) -> float | None:
+def steps_to(run: SweepRun, key: str, threshold: float) -> float | None:
     """The first evaluation step at which ``key`` reaches ``threshold`` (None: never)."""
     for row in run.eval_rows():
         v = row.get(key)
@@ -78,7 +68,7 @@ def steps_to(run: Run, key: str, threshold: float) -> float | None:
 
 
 
-def rollouts_spent(run: Run) -> float:
+def rollouts_spent(run: SweepRun) -> float:
     """Rollouts generated over the run: the sum of ``rollout/n_total`` over its steps."""
     return float(sum(r["rollout/n_total"] for r in run.rows if isinstance(r.get("rollout/n_total"), (int, float))))
 
@@ -91,15 +81,15 @@ def first_last_quarter(values: list[float]) -> tuple[float, float] | None:
 
 
 
-def mean_bin_drift(run: Run, key: str = "difficulty/batch_mean_bin") -> tuple[float, float] | None:
+def mean_bin_drift(run: SweepRun, key: str = "difficulty/batch_mean_bin") -> tuple[float, float] | None:
     """The batch's mean bin averaged over the first and the last quarter of the steps after the unseen phase
-    (:meth:`Run.after_first_pass`: the steps after the first pass over the pool, the same for every row).
+    (:meth:`SweepRun.after_first_pass`: the steps after the first pass over the pool, the same for every row).
     None when the run does not log ``key`` or has fewer than 4 steps after that phase."""
     return first_last_quarter([r[key] for r in run.after_first_pass(key)])
 
 
 
-def learned(run: Run, key: str, which: str = "final") -> float | None:
+def learned(run: SweepRun, key: str, which: str = "final") -> float | None:
     """What the run learned on ``key``: its ``which`` evaluation row minus its first one (step 0 when the run
     evaluates at the start); None without two evaluation rows that log it."""
     rows = run.eval_rows()
@@ -110,7 +100,7 @@ def learned(run: Run, key: str, which: str = "final") -> float | None:
 
 
 
-def paired_comparison(runs: list[Run], keys: list[str], *, tail_key: str | None = None,
+def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | None = None,
                       which: str = "final") -> tuple[list[dict], dict]:
     """Each method against GRPO, paired by seed (a seed gives both the same pool, initial weights and test set).
 

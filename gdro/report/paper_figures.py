@@ -41,12 +41,12 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
 from gdro.report.figures import _ordered_groups
-from gdro.report.runs import Run, bin_sort_key, display_name
+from gdro.report.names import bin_sort_key, display_name
+from gdro.report.runs import SweepRun
 
 SNAPSHOTS = (("Start", 0.0), ("Early", 1 / 3), ("Mid", 2 / 3), ("Late", 1.0))
 HIGH_EDGE = 0.5  # Fig. 9's high bins: pass-rate lower edge >= 0.5 (accbin_5+ of ten bins)
@@ -70,7 +70,7 @@ def pass_index(label: str) -> int | None:
 class Tables:
     """One run's per-step per-bin tables: rows its training steps, columns ``bins`` (NaN where not logged)."""
 
-    run: Run
+    run: SweepRun
     steps: np.ndarray
     bins: list[str]
     q: np.ndarray  # data share
@@ -99,7 +99,7 @@ def _matrix(rows: list[dict], prefix: str | None, bins: list[str]) -> np.ndarray
     return out
 
 
-def tables(run: Run) -> Tables | None:
+def tables(run: SweepRun) -> Tables | None:
     """The run's tables over every bin it logs a share for; None without a data-share key."""
     share = next((p for p in SHARE_KEYS if run.has(p)), None)
     if share is None:
@@ -257,7 +257,7 @@ class Sweep:
         return [m for m, ts in self.groups.items() if any(varies(t) for t in ts)]
 
 
-def collect(runs: list[Run]) -> Sweep:
+def collect(runs: list[SweepRun]) -> Sweep:
     """The sweep's tables (every run with a data-share key), pooled σ̂ and the notes on what is missing."""
     raw = {m: [t for r in rs if (t := tables(r)) is not None] for m, rs in _ordered_groups(runs).items()}
     bins = sorted({b for ts in raw.values() for t in ts for b in t.bins}, key=bin_sort_key)
@@ -328,21 +328,3 @@ def paper_markdown(sw: Sweep, edge: float = HIGH_EDGE) -> str:
         lines += ["", "Notes:", "", *[f"- {x}" for x in sw.notes]]
     return "\n".join(lines) + "\n"
 
-
-def write_paper_figures(runs: list[Run], out_dir: str | Path) -> tuple[Path | None, list[Path], list[str]]:
-    """``paper_mechanism.md`` and the figures (gdro/report/paper_plots.py) in ``out_dir``: (the markdown, or None
-    when no run logs a data share; the PNGs written; one line per figure or table skipped)."""
-    from gdro.report.paper_plots import make_paper_plots
-
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    sw = collect(runs)
-    made, skipped = make_paper_plots(runs, sw, out_dir)
-    if not sw.groups:
-        skipped.insert(0, f"paper_mechanism.md: no run logs {' / '.join(SHARE_KEYS)}<bin>")
-        return None, made, skipped
-    sw.notes += skipped
-    md = out_dir / "paper_mechanism.md"
-    md.write_text("The paper's mechanism figures and their numbers (§7.4; gdro/report/paper_figures.py).\n\n"
-                  + paper_markdown(sw), encoding="utf-8")
-    return md, made, skipped

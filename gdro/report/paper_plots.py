@@ -1,6 +1,7 @@
 """Sweep report, the plots of the paper's mechanism figures (definitions: gdro/report/paper_figures.py):
 ``wse_ratio.png`` (Fig. 6 right), ``budget_vs_data_<method>.png`` (Fig. 7), ``budget_snapshots.png`` (Fig. 9),
-``macro_dynamics.png`` (Figs. 4 and 8) and ``lead_lag.png`` (Fig. 6 left)."""
+``macro_dynamics.png`` (Figs. 4 and 8) and ``lead_lag.png`` (Fig. 6 left); :func:`write_paper_figures` writes them with
+``paper_mechanism.md``."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from pathlib import Path
 import numpy as np
 
 from gdro.report.figures import _colors, _ordered_groups, _over_seeds, _pool_by_step, _save, _style_line_axes
+from gdro.report.names import display_name
 from gdro.report.paper_figures import (
     BUDGET_BIN,
     MASS_BINS,
+    SHARE_KEYS,
     Sweep,
+    collect,
     mass_at_least,
     mean_bin,
+    paper_markdown,
     pooled,
     snapshot_steps,
     wse_ratio,
 )
-from gdro.report.runs import Run, display_name
+from gdro.report.runs import SweepRun
 
 
 def _band(ax, series, color, label: str, ls: str = "-", sd_band: bool = True) -> bool:
@@ -136,7 +141,7 @@ def fig_macro(sw: Sweep, colors, path, mass_bins: tuple[int, int] = MASS_BINS, b
     return _save(fig, path)
 
 
-def fig_lead_lag(runs: list[Run], colors, path) -> bool:
+def fig_lead_lag(runs: list[SweepRun], colors, path) -> bool:
     """Fig. 6 left: ``gdro/lead_lag`` (Eq. 32) per Prompt-GDRO method, mean over seeds ± 1 s.d."""
     import matplotlib.pyplot as plt
 
@@ -158,7 +163,7 @@ def method_file(method: str) -> str:
     return "budget_vs_data_" + re.sub(r"[^A-Za-z0-9._-]+", "_", method) + ".png"
 
 
-def make_paper_plots(runs: list[Run], sw: Sweep, out_dir: Path) -> tuple[list[Path], list[str]]:
+def make_paper_plots(runs: list[SweepRun], sw: Sweep, out_dir: Path) -> tuple[list[Path], list[str]]:
     """The PNGs whose keys some run logs, and one line per figure skipped."""
     import matplotlib
 
@@ -180,3 +185,20 @@ def make_paper_plots(runs: list[Run], sw: Sweep, out_dir: Path) -> tuple[list[Pa
     if not sw.allocating():
         skipped.insert(1, "skipped budget_vs_data_<method>.png: " + (none if not sw.groups else same))
     return made, skipped
+
+
+def write_paper_figures(runs: list[SweepRun], out_dir: str | Path) -> tuple[Path | None, list[Path], list[str]]:
+    """``paper_mechanism.md`` and the figures (gdro/report/paper_plots.py) in ``out_dir``: (the markdown, or None
+    when no run logs a data share; the PNGs written; one line per figure or table skipped)."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    sw = collect(runs)
+    made, skipped = make_paper_plots(runs, sw, out_dir)
+    if not sw.groups:
+        skipped.insert(0, f"paper_mechanism.md: no run logs {' / '.join(SHARE_KEYS)}<bin>")
+        return None, made, skipped
+    sw.notes += skipped
+    md = out_dir / "paper_mechanism.md"
+    md.write_text("The paper's mechanism figures and their numbers (§7.4; gdro/report/paper_figures.py).\n\n"
+                  + paper_markdown(sw), encoding="utf-8")
+    return md, made, skipped

@@ -1,5 +1,5 @@
-"""Sweep report, the runs: reading run dirs (run.json, metrics.jsonl), which runs are complete, method names and
-metric keys."""
+"""Sweep report, the runs: reading run dirs (run.json, metrics.jsonl), the method a run dir names, which runs are
+complete, and the runs left out of a report."""
 
 from __future__ import annotations
 
@@ -10,78 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-DISPLAY_NAMES = {
-    "uniform+fixed": "GRPO",
-    "prompt-gdro+fixed": "Prompt-GDRO",
-    "uniform+rollout-gdro": "Rollout-GDRO",
-    "prompt-gdro+rollout-gdro": "Prompt+Rollout-GDRO",
-    "uniform+sqrt": "Square-root",
-    "sqrt": "Square-root",  # the labelled rows of scripts/reproduce_toy.py's presets (an arm-range override)
-    "oracle-levels+fixed": "Oracle: uniform over levels (control)",
-    "uniform+knapsack": "Knapsack RL",
-    "knapsack": "Knapsack RL",
-    "rollout-gdro": "Rollout-GDRO",
-    "uniform+rollout-gdro-variance": "Rollout-GDRO (variance signal)",
-    "rollout-gdro-variance": "Rollout-GDRO (variance signal)",
-    "uniform+fixed+dynamic": "Dynamic sampling (DAPO)",
-    "dynamic": "Dynamic sampling (DAPO)",
-    "learnability+fixed": "Learnability (LILO)",
-    "mopps+fixed": "MoPPS",
-    "rgdro-frozen": "Rollout-GDRO, μ frozen (released code)",
-    "rgdro-paper-preset": "Rollout-GDRO, paper preset (official scores on pg_loss)",
-    "rgdro-variance-rest": "Rollout-GDRO, variance signal, μ against the rest mean",
-    "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
-    "skip": "Pre-rollout skip (GRESO-style)",
-}
-
-
-
-METHOD_ORDER = list(DISPLAY_NAMES)
-
-
-
-BASELINE = "uniform+fixed"
-
-
-
-# eval/[<bench>/](mean|pass)@k[/<sub>]   e.g. eval/pass@8, eval/mean@8/level_3, eval/aime24/pass@16
-METRIC_KEY = re.compile(r"^eval/(?:(?P<prefix>.+?)/)?(?P<kind>mean|pass)@(?P<k>\d+)(?:/(?P<sub>.+))?$")
-
-
-
-def _natural(s: str) -> tuple:
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", s) if p)
-
-
-
-def bin_sort_key(label: str) -> tuple:
-    """Numeric bin labels ascending, then non-numeric ones (e.g. ``unseen``) alphabetically."""
-    try:
-        return (0, float(label), "")
-    except ValueError:
-        return (1, 0.0, label)
-
-
-
-def metric_sort_key(key: str) -> tuple:
-    m = METRIC_KEY.match(key)
-    if m is None:
-        return (2, _natural(key))
-    return (
-        m["sub"] is not None,
-        _natural(m["prefix"] or ""),
-        _natural(m["sub"] or "") if m["sub"] else (),
-        m["kind"] != "mean",
-        int(m["k"]),
-    )
-
-
-
-def is_headline(key: str) -> bool:
-    """An overall metric (``eval/pass@8`` or ``eval/<bench>/pass@8``), not a per-level breakdown."""
-    m = METRIC_KEY.match(key)
-    return m is not None and m["sub"] is None
-
+from gdro.report.names import METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
 
 
 def _kebab(class_name: str, suffixes: tuple[str, ...]) -> str:
@@ -106,16 +35,6 @@ def _component(run_json: dict, group: str, default: str, suffixes: tuple[str, ..
 
 
 
-def display_name(method: str) -> str:
-    return DISPLAY_NAMES.get(method, method)
-
-
-
-def _method_rank(method: str) -> tuple:
-    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
-
-
-
 STATUSES = ("running", "completed", "interrupted", "failed")
 
 
@@ -125,7 +44,7 @@ _MAX_BAD_LINES = 5  # bad metrics lines named one by one in a reason
 
 
 @dataclass
-class Run:
+class SweepRun:
     """One run dir: its method, seed, config and metrics rows (malformed lines dropped).
 
     ``problems`` says why the run is not a *completed* run (empty when it is): a ``status`` other than
@@ -304,10 +223,10 @@ def _completion_problems(meta: dict, config: dict, rows: list[dict]) -> list[str
 
 
 
-def load_run(run_dir: Path) -> Run:
+def load_run(run_dir: Path) -> SweepRun:
     """The run in ``run_dir``; :class:`UnusableRun` when its files cannot give a result at all.
 
-    A run that loads but did not finish cleanly has ``problems`` (see :class:`Run`).
+    A run that loads but did not finish cleanly has ``problems`` (see :class:`SweepRun`).
     """
     run_dir = Path(run_dir)
     meta = _read_meta(run_dir / "run.json")
@@ -325,7 +244,7 @@ def load_run(run_dir: Path) -> Run:
     label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator(+filter)(+skip)
     extra = [c for g, suf in (("filter", ("Filter",)), ("skip", ("Skip",)))
              if (c := _component(meta, g, "none", suf)) not in ("none", "no")]  # non-default options only
-    return Run(
+    return SweepRun(
         path=run_dir,
         method=label if isinstance(label, str) and label.strip() else "+".join([sampler, allocator, *extra]),
         seed=config.get("seed"),
@@ -337,7 +256,7 @@ def load_run(run_dir: Path) -> Run:
 
 
 
-def scan_runs(sweep_dir: str | Path) -> tuple[list[Run], list[Skipped]]:
+def scan_runs(sweep_dir: str | Path) -> tuple[list[SweepRun], list[Skipped]]:
     """Every run dir (``run.json`` + ``metrics.jsonl``) at or under ``sweep_dir``: the runs that load
     (complete or not; method order, then seed) and the dirs that cannot give a result, with the reason."""
     sweep_dir = Path(sweep_dir)
@@ -355,14 +274,14 @@ def scan_runs(sweep_dir: str | Path) -> tuple[list[Run], list[Skipped]]:
 
 
 
-def find_runs(sweep_dir: str | Path, *, include_incomplete: bool = False) -> list[Run]:
+def find_runs(sweep_dir: str | Path, *, include_incomplete: bool = False) -> list[SweepRun]:
     """The completed runs at or under ``sweep_dir`` (plus the incomplete ones that load, if asked)."""
     runs, _ = scan_runs(sweep_dir)
     return [r for r in runs if include_incomplete or r.complete]
 
 
 
-def _select_row(run: Run, which: str) -> dict | None:
+def _select_row(run: SweepRun, which: str) -> dict | None:
     rows = run.eval_rows()
     if not rows:
         return None
@@ -380,8 +299,8 @@ def _label(key: str) -> str:
 
 
 
-def _groups(runs: list[Run]) -> dict[str, list[Run]]:
-    out: dict[str, list[Run]] = {}
+def _groups(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
+    out: dict[str, list[SweepRun]] = {}
     for r in runs:
         out.setdefault(r.method, []).append(r)
     return out
@@ -397,7 +316,7 @@ def _rel(path: Path, root: Path) -> str:
 
 
 
-def exclusion_notes(runs: list[Run], skipped: list[Skipped], root: str | Path, *,
+def exclusion_notes(runs: list[SweepRun], skipped: list[Skipped], root: str | Path, *,
                     include_incomplete: bool) -> tuple[str, list[str]]:
     """Markdown sections naming every run dir not pooled as a completed run, with the reason, and the same as
     one line per run dir (for stderr). Both empty when every run completed and has an evaluation row."""

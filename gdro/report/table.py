@@ -8,17 +8,8 @@ from pathlib import Path
 
 import numpy as np
 
-from gdro.report.runs import (
-    BASELINE,
-    METRIC_KEY,
-    Run,
-    _label,
-    _method_rank,
-    _select_row,
-    display_name,
-    is_headline,
-    metric_sort_key,
-)
+from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
+from gdro.report.runs import SweepRun, _label, _select_row
 
 # Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30.
 _T975 = (
@@ -58,7 +49,7 @@ def mean_ci(values: list[float]) -> tuple[float, float, int]:
 
 
 
-def aggregate(runs: list[Run], *, which: str = "final") -> list[dict]:
+def aggregate(runs: list[SweepRun], *, which: str = "final") -> list[dict]:
     """One row per method (GRPO first) over its runs' final (or best-mean@k) evaluation rows.
 
     Each row: ``method``, ``name``, ``n`` (runs with an eval row), ``seeds``, ``incomplete`` (how many of

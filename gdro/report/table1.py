@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 
 from gdro.report import paper_table
-from gdro.report.runs import Run, _groups
+from gdro.report.runs import SweepRun, _groups
 
 EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
 
 
-def eval_record(run: Run) -> dict[str, Any] | None:
+def eval_record(run: SweepRun) -> dict[str, Any] | None:
     """The gdro-eval result kept in ``run``'s dir (``eval/eval.json``), or None."""
     for pattern in EVAL_GLOB:
         for path in sorted(run.path.glob(pattern)):
@@ -35,7 +35,7 @@ def eval_record(run: Run) -> dict[str, Any] | None:
     return None
 
 
-def paper_size(runs: list[Run]) -> str:
+def paper_size(runs: list[SweepRun]) -> str:
     """The Qwen3 size whose published rows stand beside ours: the runs' model choice when it is one (qwen3-4b ...),
     1.7B otherwise (the rehearsal models have its shape or are smaller)."""
     for run in runs:
@@ -46,7 +46,7 @@ def paper_size(runs: list[Run]) -> str:
     return "qwen3-1.7b"
 
 
-def write_table1(runs: list[Run], out: Path) -> Path | None:
+def write_table1(runs: list[SweepRun], out: Path) -> Path | None:
     """``table1.md`` from the runs' gdro-eval results (None when no run has one)."""
     rows = {}
     for rs in _groups(runs).values():
@@ -68,7 +68,7 @@ def write_table1(runs: list[Run], out: Path) -> Path | None:
     return path
 
 
-def log_to_wandb(sweep_dir: Path, out: Path, runs: list[Run], files: list[Path]) -> str:
+def log_to_wandb(sweep_dir: Path, out: Path, runs: list[SweepRun], files: list[Path]) -> str:
     """Log the report (tables and figures in ``files``) to the sweep's W&B group; returns the offline run's dir or
     URL."""
     import wandb

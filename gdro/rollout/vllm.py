@@ -1,6 +1,6 @@
 """vLLM rollout engine (``rollout=vllm``): an in-process ``vllm.LLM`` behind the same ``Generator`` protocol.
 
-The engine is built from the policy's checkpoint directory (``gdro.models.loading.model_path(spec)``) and is
+The engine is built from the policy's checkpoint directory (``gdro.models.source.model_path(spec)``) and is
 immediately synced to the in-memory policy, so a resumed or already-updated policy is what it samples from. After each
 update the trainer calls :meth:`VLLMGenerator.sync_weights`, which pushes ``model.state_dict()`` into the running
 engine (``collective_rpc("reload_weights")``) without a restart.
@@ -289,7 +289,7 @@ def _per_process_engine() -> dict[str, Any]:
 
 def make_vllm_engine(cfg: VLLMEngineConfig, model: torch.nn.Module, tokenizer, spec) -> VLLMGenerator:
     """The vLLM engine for the policy ``model`` loaded from ``spec`` (a :class:`gdro.models.loading.ModelSpec`)."""
-    from gdro.models.loading import model_path
+    from gdro.models.source import model_path
 
     return VLLMGenerator(
         cfg, model, tokenizer, model_path=model_path(spec), use_chat_template=spec.use_chat_template,

@@ -1,6 +1,6 @@
-"""A training run's lifecycle around the algorithm: :class:`Run` drives a :class:`gdro.trainer.Trainer`.
+"""A training run's lifecycle around the algorithm: :class:`Lifecycle` drives an :class:`Algorithm` (gdro.trainer.Trainer).
 
-    for step in run.steps(first):                     # Run.fit: after set-up, resume and the run.json mark
+    for step in run.steps(first):                     # Lifecycle.fit: after set-up, resume and the run.json mark
         run.after(step, trainer.step(step), trainer)  # the row logged; a checkpoint when due; a signal's stop
 
 Everything that writes the run dir lives here, so the algorithm never does:
@@ -10,11 +10,11 @@ Everything that writes the run dir lives here, so the algorithm never does:
   disk refuses run.json (``defer``), until a start records it (``settle``);
 * **the run record**: run.json (:func:`gdro.run.record.open_run_dir`: a fresh one, the resumed run's with a ``resumes`` entry, or an
   earlier run without a checkpoint set aside) and its status marks (``running`` from the moment this attempt changes
-  the run dir, then ``completed``, ``interrupted`` or ``failed``: :meth:`Run.fit`);
+  the run dir, then ``completed``, ``interrupted`` or ``failed``: :meth:`Lifecycle.fit`);
 * **resume**: :func:`gdro.run.record.resume_point` -- the latest checkpoint, if the config may continue it;
-* **checkpoints**: periodic, at the end and on a signal (:meth:`Run.checkpoint`, what
+* **checkpoints**: periodic, at the end and on a signal (:meth:`Lifecycle.checkpoint`, what
   :meth:`~gdro.trainer.Trainer.state_dict` returns, written atomically by gdro.run.checkpoint), and the final policy
-  (:meth:`Run.save_final`);
+  (:meth:`Lifecycle.save_final`);
 * **stop signals**: :class:`StopRequest` (SIGTERM / SIGINT: finish the step, save, raise :class:`Interrupted`);
 * **the metrics logger**: metrics.jsonl and W&B (:func:`gdro.run.record.open_logger`; a resume cuts it back to its checkpoint).
 
@@ -32,14 +32,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-# gdro.trainer.save_checkpoint: where tests inject a fault at a checkpoint's write (looked up at each write)
-from gdro import trainer as trainer_module
 from gdro.distributed import Dist
 from gdro.interfaces import MetricLogger
+from gdro.run import checkpoint as ckpt_files  # ckpt_files.save_checkpoint: looked up at each write
 from gdro.run.checkpoint import (
     CKPT_ROOT,
     FINAL_DIR,
@@ -51,16 +50,13 @@ from gdro.run.checkpoint import (
     load_checkpoint,
     named_weights_io,
     read_meta,
-    save_checkpoint,  # noqa: F401 (gdro.trainer.save_checkpoint resolves to it)
     step_dirname,
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
+from gdro.run.migrations import SCHEMA
+from gdro.run.settings import RunSettings
 from gdro.run.tracking import RunRecord
-from gdro.trainer import RunConfig
-
-if TYPE_CHECKING:
-    from gdro.trainer import Trainer
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +105,29 @@ class Interrupted(Exception):
 
 
 # ------------------------------------------------------------------------------------------------------- the run
-@dataclass
-class Run:
-    """The lifecycle of one training run: its dir, run.json, checkpoints, resume, signals and the final save, around
-    an algorithm that takes steps (:class:`gdro.trainer.Trainer`). Built by the composition root (gdro.build)."""
+class Algorithm(Protocol):
+    """What the lifecycle drives (gdro.trainer.Trainer): set up, an optional step-0 row, steps, its checkpointable
+    state, and the final policy written as a model dir."""
 
-    cfg: RunConfig  # steps, save_final, progress (the rest is the algorithm's or checked before: resume_point)
+    def setup(self) -> None: ...
+
+    def first_row(self) -> dict[str, Any] | None: ...
+
+    def step(self, step: int) -> dict[str, Any]: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
+
+    def save(self, path: Path) -> None: ...
+
+
+@dataclass
+class Lifecycle:
+    """The lifecycle of one training run: its dir, run.json, checkpoints, resume, signals and the final save, around
+    an algorithm that takes steps (:class:`Algorithm`: gdro.trainer.Trainer). Built by the composition root (gdro.build)."""
+
+    settings: RunSettings  # steps, save_final, progress (the rest is the algorithm's or checked before: resume_point)
     dir: Path
     dist: Dist  # one process writes the run dir; every process takes part in gathering what it writes
     logger: MetricLogger  # metrics.jsonl and W&B on the main process, a silent one elsewhere (open_logger)
@@ -127,7 +140,7 @@ class Run:
     _bar: Any = field(default=None, init=False, repr=False)  # the progress bar over the steps (steps)
     _shown: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # the last evaluation, on the bar
 
-    def fit(self, trainer: Trainer) -> list[dict[str, Any]]:
+    def fit(self, trainer: Algorithm) -> list[dict[str, Any]]:
         """Train for ``steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
 
         ``run.json`` follows the run: ``running`` from the moment this attempt changes the run dir (so a rerun that
@@ -148,11 +161,11 @@ class Run:
             self._mark(status="failed", error=f"{type(err).__name__}: {err}"[:2000])
             raise
         if not self._began and self.record is not None and self.record.data.get("status") != "completed":
-            self._begin(self.cfg.steps)  # nothing left to do, but the record never said it completed
-        self._mark(status="completed", last_step=self.cfg.steps)
+            self._begin(self.settings.steps)  # nothing left to do, but the record never said it completed
+        self._mark(status="completed", last_step=self.settings.steps)
         return rows
 
-    def _fit(self, trainer: Trainer) -> list[dict[str, Any]]:
+    def _fit(self, trainer: Algorithm) -> list[dict[str, Any]]:
         first = self.start(trainer)
         if self._finished(first, trainer):
             return []
@@ -163,33 +176,33 @@ class Run:
             rows.append(self.log(row))
         for step in self.steps(first):
             rows.append(self.after(step, trainer.step(step), trainer))
-        if self.cfg.save_final:
+        if self.settings.save_final:
             self.save_final(trainer)
         return rows
 
-    def start(self, trainer: Trainer) -> int:
+    def start(self, trainer: Algorithm) -> int:
         """The trainer set up and, when this run continues a checkpoint, its state loaded; returns the step it is at."""
         trainer.setup()
         if self.resume_from is None:
             return 0
         step = self._restore(self.resume_from, trainer)
-        log.info("resumed from %s (step %d of %d)", self.resume_from, step, self.cfg.steps)
+        log.info("resumed from %s (step %d of %d)", self.resume_from, step, self.settings.steps)
         return step
 
     def steps(self, first: int) -> Iterator[int]:
         """The steps after ``first``, under a progress bar (:meth:`after` shows the last rewards on it)."""
-        self._bar = tqdm(range(first + 1, self.cfg.steps + 1), desc="gdro-train", disable=not self.cfg.progress,
-                         dynamic_ncols=True, initial=first, total=self.cfg.steps)
+        self._bar = tqdm(range(first + 1, self.settings.steps + 1), desc="gdro-train", disable=not self.settings.progress,
+                         dynamic_ncols=True, initial=first, total=self.settings.steps)
         yield from self._bar
         self._bar.close()
 
-    def after(self, step: int, row: dict[str, Any], trainer: Trainer) -> dict[str, Any]:
+    def after(self, step: int, row: dict[str, Any], trainer: Algorithm) -> dict[str, Any]:
         """After a step: its row logged, then a checkpoint on schedule, at the end, or when a signal asked us to stop
         (after this step's row); then the stop, if asked. Returns the row as logged."""
         row = self.log(row)
         self._bar.set_postfix({"reward": f"{row['reward/mean']:.3f}", **self._shown})
         ckpt = None
-        if self.ckpt.due(step, self.cfg.steps) or self._stop_requested():
+        if self.ckpt.due(step, self.settings.steps) or self._stop_requested():
             ckpt = self.checkpoint(step, trainer)
         self._check_stop(step, ckpt)
         return row
@@ -233,21 +246,22 @@ class Run:
             raise Interrupted(self.stop.signum if self.stop is not None and self.stop.requested else signal.SIGTERM,
                               step, ckpt)
 
-    def checkpoint(self, step: int, trainer: Trainer) -> Path:
+    def checkpoint(self, step: int, trainer: Algorithm) -> Path:
         """Everything the next step depends on, written atomically after the step's metrics row."""
         position = self.logger.position()
         files = trainer.state_dict()  # every process takes part
         path = self.dir / CKPT_ROOT / step_dirname(step)
         if self.dist.main:  # one process writes
-            meta = {"config": self.config, "metrics_bytes": position, "world_size": self.dist.world}
+            meta = {"config": self.config, "metrics_bytes": position, "world_size": self.dist.world,
+                    "schema": SCHEMA}  # what it may hold that a later gdro renames (gdro.run.migrations)
             check_held(self.dir)
-            path = trainer_module.save_checkpoint(self.dir, step, files, meta, keep=self.ckpt.keep)
+            path = ckpt_files.save_checkpoint(self.dir, step, files, meta, keep=self.ckpt.keep)
             if self.record is not None:
                 self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.dir)))
         self.dist.barrier()  # the checkpoint exists before any process goes on (or stops)
         return path
 
-    def _restore(self, ckpt: Path, trainer: Trainer) -> int:
+    def _restore(self, ckpt: Path, trainer: Algorithm) -> int:
         """Load a checkpoint into the set-up trainer; returns its step."""
         state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
         self.dist.check_resume(int(state["trainer"].get("world_size", 1)), ckpt)
@@ -258,7 +272,7 @@ class Run:
             raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {meta_step}")
         return step
 
-    def save_final(self, trainer: Trainer) -> None:
+    def save_final(self, trainer: Algorithm) -> None:
         """The final policy in ``<run_dir>/checkpoint``, a HF model dir (:meth:`~gdro.trainer.Trainer.save`), written
         like the training checkpoints (gdro.run.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill
         at any moment leaves the previous one or the new one, and a rerun finishes a save that was cut."""
@@ -272,11 +286,11 @@ class Run:
                 trainer.save(tmp)
             check_held(self.dir)  # again before it is put in place: the weights may take minutes
             with named_io(tmp / FINAL_MARKER):
-                (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.cfg.steps}), encoding="utf-8")
+                (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.settings.steps}), encoding="utf-8")
 
-    def _finished(self, step: int, trainer: Trainer) -> bool:
+    def _finished(self, step: int, trainer: Algorithm) -> bool:
         """Whether a resumed run has nothing left to do; a final save that was cut is finished here first."""
-        run = self.cfg
+        run = self.settings
         if step < run.steps:
             return False
         if not run.save_final or final_step(self.dir) == run.steps:

@@ -13,8 +13,9 @@ How it works, and why:
   reaped: a zombie is not alive). The lock is not inherited by forked children, and an ``O_EXCL`` lockfile would
   outlive its writer after a SIGKILL.
 * **The file holds the holder's record** (pid, host, boot id, start time, a heartbeat, the command), JSON padded to
-  :data:`RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the heartbeat, and the
-  run.json fields a full disk refused, are written even then (the next start records them: :meth:`RunDirLock.defer`).
+  :data:`~gdro.run.lock_file.RECORD_BYTES`. It is rewritten in place, so updating it needs no new disk block: the
+  heartbeat, and the run.json fields a full disk refused, are written even then (the next start records them:
+  :meth:`RunDirLock.defer`).
 * **Heartbeat, for filesystems whose locks are node-local** (below): a holder rewrites ``beat`` every
   ``heartbeat_s``. A process that gets the kernel lock but finds a record that was never released, from another
   host, with a beat younger than ``stale_s``, treats the dir as held: either that holder is alive on a filesystem
@@ -62,12 +63,8 @@ process holds and re-enters them.
 from __future__ import annotations
 
 import contextlib
-import errno
-import json
 import logging
 import os
-import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -76,19 +73,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gdro.run.ioerrors import check_creatable, named, named_io
+from gdro.run.ioerrors import check_creatable, named_io
+from gdro.run.lock_file import fcntl_unlock, holder_record, ident, read_record, try_lock, write_record
+from gdro.run.lock_holder import describe, live_elsewhere, new_record
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = "gdro.lock"
-RECORD_BYTES = 4096  # one page: rewritten in place, never grown (needs no new block on a full disk)
 HEARTBEAT_S = 15.0  # the holder rewrites its beat this often
 STALE_S = 90.0  # an unreleased record from another host whose beat is older than this belongs to a dead holder
 POLL_S = 0.5  # how often a waiting start retries
 CHECK_S = 1.0  # the holder checks this often that gdro.lock still names its locked file (re-created if removed)
 CLAIM_GRACE_S = 5.0  # a start finding gdro.lock missing in a dir that holds a run waits this long for its holder
 RUN_FILES = ("run.json", "metrics.jsonl", "config.yaml", "checkpoints", "checkpoint")  # a dir that holds a run
-_UNSUPPORTED = {errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.EBADF}
 
 
 @dataclass(frozen=True)
@@ -136,112 +133,6 @@ class RunDirLost(RunDirLocked):
         self.run_dir, self.holder = path.parent, None
         RuntimeError.__init__(self, f"{path} was removed while this run held it and is now held by {holder}; this "
                                     "run stopped before writing anything more to the run dir")
-
-
-class LockUnsupported(OSError):
-    """The run dir's filesystem refuses file locks."""
-
-    label = "run dir lock"
-
-
-def describe(holder: dict[str, Any] | None, now: float | None = None) -> str:
-    """``pid 123 on host node7 since 2026-12-02 16:30:01, last heartbeat 4 s ago`` (or what is known of it)."""
-    if not holder:
-        return "another process (its record is unreadable or not yet written)"
-    now = time.time() if now is None else now
-    beat = holder.get("beat")
-    ago = f", last heartbeat {max(0.0, now - beat):.0f} s ago" if isinstance(beat, (int, float)) else ""
-    return f"pid {holder.get('pid')} on host {holder.get('host')} since {holder.get('started')}{ago}"
-
-
-def _boot_id() -> str | None:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def _proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (Linux): state, ppid, ...; None if unreadable."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields if len(fields) > 19 else None
-
-
-def _pid_start(pid: int) -> str | None:
-    """The process's start time in clock ticks since boot (Linux): tells a live holder from a reused pid."""
-    fields = _proc_stat(pid)
-    return fields[19] if fields else None
-
-
-def _alive_here(holder: dict[str, Any]) -> bool:
-    """Whether a record written on this host (and this boot) belongs to a process that still runs.
-
-    A zombie does not: it has exited (its kernel lock is gone) and waits only for its parent to reap it -- right
-    after a ``kill -9`` for a moment, and for ever in a container whose PID 1 never reaps (#28 B11).
-    """
-    pid = holder.get("pid")
-    if not isinstance(pid, int) or pid == os.getpid() or holder.get("boot_id") != _boot_id():
-        return False
-    try:
-        os.kill(pid, 0)  # (succeeds for a zombie)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    fields = _proc_stat(pid)
-    if fields is not None and _exited(pid, fields[0]):
-        return False
-    return holder.get("pid_start") in (None, fields[19] if fields else None)
-
-
-def _exited(pid: int, state: str) -> bool:
-    """Whether a process whose main thread is in ``state`` has exited: its main thread a zombie (Z) or being reaped
-    (X), and no other thread left (a main thread that ended alone leaves the process running; and the kernel drops
-    the process's locks only with its last thread)."""
-    if state not in ("Z", "X"):
-        return False
-    try:
-        return os.listdir(f"/proc/{pid}/task") in ([], [str(pid)])
-    except OSError:
-        return True
-
-
-RECORD_GRACE_S = 2.0  # a holder that has just taken the lock writes its record a moment later
-
-
-def _holder_record(fd: int) -> dict[str, Any] | None:
-    """The holder's record, read again for up to RECORD_GRACE_S while it is not yet written: two starts at the same
-    moment would otherwise refuse without naming the holder (seen once in 6 under load in CI)."""
-    deadline = time.monotonic() + RECORD_GRACE_S
-    while True:
-        found = _read(fd)
-        if found is not None or time.monotonic() >= deadline:
-            return found
-        time.sleep(0.05)
-
-
-def _read(fd: int) -> dict[str, Any] | None:
-    """The record in the lock file (None: empty, or unreadable -- e.g. read while its holder rewrote it)."""
-    try:
-        raw = os.pread(fd, RECORD_BYTES, 0).rstrip(b"\0 \n")
-        data = json.loads(raw) if raw else None
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write(fd: int, record: dict[str, Any]) -> None:
-    """Rewrite the record in place, padded to :data:`RECORD_BYTES` (its free-text fields are cut to fit)."""
-    data = json.dumps(record, default=str).encode()
-    if len(data) > RECORD_BYTES - 1:
-        short = {**record, "argv": str(record.get("argv"))[:300]}
-        if isinstance(record.get("deferred"), dict):
-            short["deferred"] = {**record["deferred"], "error": str(record["deferred"].get("error"))[:1500]}
-        data = json.dumps(short, default=str).encode()
-    os.pwrite(fd, data + b" " * max(0, RECORD_BYTES - 1 - len(data)) + b"\n", 0)
 
 
 class RunDirLock:
@@ -292,11 +183,11 @@ class RunDirLock:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             self.previous = self._wait_for_lock(fd)
-            self._fd, self._ident = fd, _ident(os.fstat(fd))
-            self._verifiable = _ident(os.stat(self.path)) == self._ident
+            self._fd, self._ident = fd, ident(os.fstat(fd))
+            self._verifiable = ident(os.stat(self.path)) == self._ident
             if not self._verifiable:
                 log.info("%s: stat and fstat disagree on this filesystem; a removal of it will go unnoticed", self.path)
-            self.record = self._new_record()
+            self.record = new_record()
             if self.previous is not None and self.previous.get("deferred"):
                 self.record["deferred"] = self.previous["deferred"]  # until a start records it in run.json
             self._update()
@@ -324,47 +215,16 @@ class RunDirLock:
         t0 = time.monotonic()
         while True:
             holder = None
-            if self._try_lock(fd):
-                found = _read(fd)
-                if not self._live_elsewhere(found):
+            if try_lock(fd, self.path):
+                found = read_record(fd)
+                if not live_elsewhere(found, self.stale_s):
                     return found
                 holder = found
                 fcntl_unlock(fd)
             waited = time.monotonic() - t0
             if waited >= self.wait_s:
-                raise RunDirLocked(self.run_dir, holder or _holder_record(fd), waited)
+                raise RunDirLocked(self.run_dir, holder or holder_record(fd), waited)
             time.sleep(min(self.poll_s, self.wait_s - waited))
-
-    def _try_lock(self, fd: int) -> bool:
-        import fcntl
-
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as err:
-            if err.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            if err.errno in _UNSUPPORTED:
-                raise LockUnsupported(err.errno, f"the filesystem refuses file locks ({os.strerror(err.errno)}); "
-                                                 "put the run dir on one that supports them (README: Checkpoints "
-                                                 "and resume)", str(self.path)) from err
-            raise named(err, self.path) from err
-        return True
-
-    def _live_elsewhere(self, found: dict[str, Any] | None) -> bool:
-        """A record that was never released and whose holder may still run although the kernel lock was free:
-        on this host a live pid (a filesystem ignoring locks), on another a beat younger than ``stale_s``."""
-        if not found or found.get("state") != "held":
-            return False
-        if found.get("host") == socket.gethostname():
-            return _alive_here(found)
-        beat = found.get("beat")
-        return isinstance(beat, (int, float)) and time.time() - beat < self.stale_s
-
-    def _new_record(self) -> dict[str, Any]:
-        pid = os.getpid()
-        return {"state": "held", "pid": pid, "host": socket.gethostname(), "boot_id": _boot_id(),
-                "pid_start": _pid_start(pid), "started": datetime.now().astimezone().isoformat(timespec="seconds"),
-                "beat": time.time(), "argv": " ".join(sys.argv)}
 
     def _update(self, **fields: Any) -> None:
         """Set ``fields`` in the record and rewrite it (the heartbeat thread does the same: one at a time)."""
@@ -372,7 +232,7 @@ class RunDirLock:
             self.record.update(fields)
             if self._fd is not None:
                 with named_io(self.path):
-                    _write(self._fd, self.record)
+                    write_record(self._fd, self.record)
 
     def _beat(self) -> None:
         """The heartbeat thread: every ``check_s``, that gdro.lock is still ours; every ``heartbeat_s``, the beat."""
@@ -415,7 +275,7 @@ class RunDirLock:
         if self._fd is None or self._lost is not None or not self._verifiable:
             return
         try:
-            if _ident(os.stat(self.path)) == self._ident:
+            if ident(os.stat(self.path)) == self._ident:
                 return
         except FileNotFoundError:
             pass
@@ -430,12 +290,12 @@ class RunDirLock:
                             "would not see it", self.path, err)
             self._unclaimable = True
             return
-        if _ident(os.fstat(fd)) == self._ident:  # moved away and back in between: our own file, opened twice
+        if ident(os.fstat(fd)) == self._ident:  # moved away and back in between: our own file, opened twice
             self._spare.append(fd)  # closing it would drop our lock (a POSIX lock goes with any descriptor's close)
             return
         try:
-            got = self._try_lock(fd)
-            found = _read(fd) if got else _holder_record(fd)
+            got = try_lock(fd, self.path)
+            found = read_record(fd) if got else holder_record(fd)
         except OSError as err:
             os.close(fd)
             log.warning("%s was removed and cannot be locked again (%s)", self.path, err)
@@ -447,12 +307,12 @@ class RunDirLock:
                       self.path, self._lost)
             return
         try:
-            _write(fd, self.record)
+            write_record(fd, self.record)
         except OSError as err:
             os.close(fd)
             log.warning("%s was removed and its record cannot be written again (%s)", self.path, err)
             return
-        old, self._fd, self._ident = self._fd, fd, _ident(os.fstat(fd))
+        old, self._fd, self._ident = self._fd, fd, ident(os.fstat(fd))
         os.close(old)  # the removed file: its lock goes with it
         log.warning("%s was removed while this run held it: re-created and locked again (remove it only once its "
                     "holder is dead)", self.path)
@@ -492,17 +352,6 @@ class RunDirLock:
             for spare in self._spare:
                 os.close(spare)
             self._spare = []
-
-
-def _ident(st: os.stat_result) -> tuple[int, int]:
-    """The file a stat describes: (device, inode)."""
-    return st.st_dev, st.st_ino
-
-
-def fcntl_unlock(fd: int) -> None:
-    import fcntl
-
-    fcntl.lockf(fd, fcntl.LOCK_UN)
 
 
 # A process may hold a dir only once (see the module docstring): the locks it holds, by resolved path, with a count.

@@ -1,7 +1,7 @@
-"""The run's record and its resume checks, written for :class:`gdro.run.lifecycle.Run` and the composition root.
+"""The run's record and its resume checks, written for :class:`gdro.run.lifecycle.Lifecycle` and the composition root.
 
 * :func:`resume_point`: the latest checkpoint, if the config may continue it (:func:`config_differences`, which
-  reads a ``_target_`` gdro renamed or moved at its new home: :data:`RENAMED_TARGETS`, :data:`MOVED_MODULES`);
+  reads what an old checkpoint may hold through gdro.run.migrations, by the checkpoint's schema);
 * :func:`open_run_dir`: run.json (a fresh one, the resumed run's with a ``resumes`` entry, or an earlier run without
   a checkpoint set aside with how it ended) and config.yaml, by the main process;
 * :func:`open_logger`: metrics.jsonl and W&B (a resume cuts metrics.jsonl back to its checkpoint).
@@ -30,9 +30,10 @@ from gdro.run.checkpoint import (
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
+from gdro.run.migrations import added_group, check_schema, renamed_target, schema_of
 from gdro.run.samples import SAMPLES_DIR
+from gdro.run.settings import RunSettings
 from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
-from gdro.trainer import RunConfig
 from gdro.validate import ConfigError, component_class, field_default
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,7 @@ RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s", "s
                      "samples.eval")
 
 
-def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], dist: Dist
+def resume_point(run: RunSettings, run_dir: Path, resolved: dict[str, Any], dist: Dist
                  ) -> tuple[Path, dict[str, Any]] | None:
     """The checkpoint this run continues from and its ``meta.json`` (None: a fresh start), after checking it may be
     resumed: ``resume``, the config (:func:`config_differences`), its length and the number of processes."""
@@ -56,7 +57,11 @@ def resume_point(run: RunConfig, run_dir: Path, resolved: dict[str, Any], dist: 
     if not run.resume:
         raise ConfigError(f"resume=false: {run_dir} holds a checkpoint (step {meta['step']}) and is left untouched; "
                           "pass resume=true to continue it, or choose another hydra.run.dir")
-    diffs = config_differences(meta["config"], resolved, ignore=RESUMABLE_CHANGES)
+    try:
+        check_schema(schema := schema_of(meta), str(ckpt))
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    diffs = config_differences(meta["config"], resolved, ignore=RESUMABLE_CHANGES, schema=schema)
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
                           f"(only steps, device, lock.* and samples.* may change): " + "; ".join(diffs))
@@ -78,47 +83,17 @@ def _flatten(node: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix.rstrip("."): node}
 
 
-# component classes gdro renamed, old ``_target_`` -> new: a checkpoint written before the rename still resumes
-# config groups added since checkpoints were first written, and the option that behaves as gdro did before them: an
-# old checkpoint's config lacks the group, which is no difference when the new config holds that option (#31)
-ADDED_GROUPS = {"filter._target_": "gdro.filters.NoFilter", "skip._target_": "gdro.controllers.skip.NoSkip"}
-
-RENAMED_TARGETS = {"gdro.loss.LossConfig": "gdro.loss.grpo.GRPOLoss"}  # #29: the loss seam
-# #29: the package layout moved these modules; a ``_target_`` in one of them is read at its new home
-MOVED_MODULES = {
-    "gdro.allocators": "gdro.controllers.allocators", "gdro.bandit": "gdro.controllers.bandit",
-    "gdro.bins": "gdro.controllers.bins", "gdro.budget": "gdro.controllers.budget",
-    "gdro.difficulty": "gdro.controllers.difficulty", "gdro.oracle": "gdro.controllers.oracle",
-    "gdro.samplers": "gdro.controllers.samplers", "gdro.rewards": "gdro.grading.rewards",
-    "gdro.golds": "gdro.grading.golds", "gdro.passk": "gdro.grading.passk", "gdro.rundir": "gdro.run.lock",
-    "gdro.tracking": "gdro.run.tracking", "gdro.checkpoint": "gdro.run.checkpoint",
-    "gdro.ioerrors": "gdro.run.ioerrors", "gdro.seeding": "gdro.run.seeding", "gdro.models": "gdro.models.loading",
-    "gdro.tiny": "gdro.models.tiny", "gdro.qwen3": "gdro.models.qwen3", "gdro.prompts": "gdro.models.prompts",
-    "gdro.evaluation": "gdro.evaluation.heldout", "gdro.advantages": "gdro.loss.advantages",
-}
-
-
-def renamed_target(target: Any) -> Any:
-    """``target`` as today's gdro names it: a renamed class (:data:`RENAMED_TARGETS`), or a class of a module the
-    layout moved (:data:`MOVED_MODULES`) read at its new home. Anything else is returned as it is."""
-    if not isinstance(target, str):
-        return target
-    if target in RENAMED_TARGETS:
-        return RENAMED_TARGETS[target]
-    module, _, name = target.rpartition(".")
-    return f"{MOVED_MODULES[module]}.{name}" if module in MOVED_MODULES else target
-
-
 def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
-                       ignore: tuple[str, ...] = RESUMABLE_CHANGES) -> list[str]:
+                       ignore: tuple[str, ...] = RESUMABLE_CHANGES, schema: int = 0) -> list[str]:
     """``key: old -> new`` for every dotted key of two resolved configs whose value differs (``ignore`` excepted).
 
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
     is its component's default (:func:`_is_default`), i.e. the old behaviour, nor a group added since whose option is
-    the old behaviour (:data:`ADDED_GROUPS`); nor is a ``_target_`` gdro renamed (:data:`RENAMED_TARGETS`).
+    the old behaviour; nor is a ``_target_`` gdro renamed or moved since. The last two for a checkpoint of
+    ``schema`` (gdro.run.migrations: one table of what old checkpoints may hold).
     """
     a, b = _flatten(old), _flatten(new)
-    a = {k: renamed_target(v) if k.endswith("._target_") else v for k, v in a.items()}
+    a = {k: renamed_target(v, schema) if k.endswith("._target_") else v for k, v in a.items()}
     missing = object()
 
     def fmt(v: Any) -> str:
@@ -129,7 +104,7 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
         if key in ignore:
             continue
         va, vb = a.get(key, missing), b.get(key, missing)
-        if va is missing and vb is not missing and (_is_default(new, key, vb) or ADDED_GROUPS.get(key) == vb):
+        if va is missing and vb is not missing and (_is_default(new, key, vb) or added_group(key, schema) == vb):
             continue
         if va != vb:
             diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")
@@ -138,10 +113,10 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
 
 def _is_default(config: Mapping[str, Any], key: str, value: Any) -> bool:
     """Whether dotted ``key`` of the resolved ``config`` holds its component's Python default (= its YAML default,
-    tests/test_defaults.py): a top-level key :class:`RunConfig`'s, a group's key the ``_target_``'s."""
+    tests/test_defaults.py): a top-level key :class:`RunSettings`'s, a group's key the ``_target_``'s."""
     group, _, name = key.partition(".")
     if not name:
-        target, name = RunConfig, group
+        target, name = RunSettings, group
     elif isinstance(config.get(group), Mapping) and "_target_" in config[group]:
         target = component_class(config[group], group)
         *outer, name = name.split(".")
@@ -161,16 +136,43 @@ def _is_default(config: Mapping[str, Any], key: str, value: Any) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ the run record
-def run_meta(resolved: dict[str, Any], choices: dict[str, str] | None, run: RunConfig, world: int,
+def environment_versions() -> dict[str, str]:
+    """The versions a run's numbers depend on: Python, torch and the libraries in its numerical path."""
+    import importlib.metadata as md
+
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for pkg in ("transformers", "numpy", "math-verify", "sympy", "peft", "vllm"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            continue
+    return out
+
+
+def machine() -> dict[str, str]:
+    """The CPU a run computed on: its model name and the instruction set torch dispatches to (``AVX512``, ``AVX2``,
+    ...), both of which can change float results (and so a whole training curve) at a fixed seed."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform()}
+
+
+def run_meta(resolved: dict[str, Any], choices: dict[str, str] | None, run: RunSettings, world: int,
              data: dict[str, Any]) -> dict[str, Any]:
     """What run.json records about this run (and W&B's config); ``data``: how many problems each split kept."""
     return {
         "config": resolved,
         "choices": choices or {},
         "git": git_commit(),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
-        # CPU results are bit-for-bit reproducible for a given seed *and* thread count
+        "versions": environment_versions(),
+        # CPU results are bit-for-bit reproducible for a given seed *and* thread count, on one kind of machine and
+        # with the same libraries (the same seed gave other numbers on another CPU: docs/results.md, issue #36)
         "torch_threads": torch.get_num_threads(),
+        "machine": machine(),
         "steps": run.steps,
         "world_size": world,  # processes (torchrun); each step's groups are split among them
         "data": data,
@@ -247,7 +249,7 @@ def _previous_end(old: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> RunRecord:
     """run.json for a fresh start, or the existing one with a ``resumes`` entry (from ``from_step``; how the previous
-    attempt ended). Nothing is written here: :meth:`Run.fit` writes it when this attempt begins to change the run,
+    attempt ended). Nothing is written here: :meth:`gdro.run.lifecycle.Lifecycle.fit` writes it when this attempt begins to change the run,
     so a rerun refused before that (a bad config, an unreadable checkpoint) leaves a completed run ``completed``."""
     path = run_dir / "run.json"
     data = dict(meta)

@@ -1,6 +1,6 @@
 """How close the pilots' "last integer" rule is to gdro's reward with answer_mode=any (math-verify extraction).
 
-    python scripts/pilots/check_any_mode.py completions.jsonl [...]   (files written by baseline.py --out)
+    python experiments/smollm2-pilots/check_any_mode.py completions.jsonl [...]   (files written by baseline.py --out)
 
 Prints the agreement between the two verdicts (both with require_eos) and a few disagreements.
 """
@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
-    from gdro.grading.rewards import MathVerifyReward, RewardConfig
+    from gdro.grading.reward_config import RewardConfig
+    from gdro.grading.rewards import MathVerifyReward
 except ImportError:
     from gdro.rewards import MathVerifyReward, RewardConfig
 

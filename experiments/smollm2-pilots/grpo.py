@@ -1,6 +1,6 @@
 """A minimal plain-torch GRPO loop on SmolLM2-135M-Instruct (the pilot of docs/smollm2-pilots.md).
 
-    python scripts/pilots/grpo.py --task add --levels 1 2 --reward any --minutes 20 --out outputs/pilots/grpo-add
+    python experiments/smollm2-pilots/grpo.py --task add --levels 1 2 --reward any --minutes 20 --out outputs/pilots/grpo-add
 
 Per step: ``--prompts`` fresh training problems (levels uniform over ``--levels``), ``--group`` samples each at
 T=``--temperature`` (top_k off, top_p 1) from a bf16 copy of the policy, reward 1/0, group-normalised advantages
@@ -33,7 +33,8 @@ from common import chat_ids, heldout, left_pad, load, load_avg, make_items, samp
 def rewards_of(kind: str, texts: list[str], golds: list[str], fins: list[bool]) -> np.ndarray:
     if kind == "mv-any":  # gdro's own reward with answer_mode=any (math-verify; run with PYTHONPATH=<repo root>)
         try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
-            from gdro.grading.rewards import MathVerifyReward, RewardConfig
+            from gdro.grading.reward_config import RewardConfig
+            from gdro.grading.rewards import MathVerifyReward
         except ImportError:
             from gdro.rewards import MathVerifyReward, RewardConfig
 

@@ -1,6 +1,6 @@
 """Starting point of SmolLM2-135M-Instruct on a task: answer-format rate and accuracy per level (no training).
 
-    python scripts/pilots/baseline.py --task add --levels 1 2 3 --per-level 64 --max-new 48
+    python experiments/smollm2-pilots/baseline.py --task add --levels 1 2 3 --per-level 64 --max-new 48
 
 One sample per held-out prompt (T=1.0, top_k off, top_p 1), chat template with its default system prompt (as gdro
 formats a prompt: one user turn). Prints one JSON line per level and an overall line; ``--out`` also writes every

@@ -1,6 +1,6 @@
 """The paper regime's start: the training pool's pass@8 bins at the warm start (issue #36's preset criterion).
 
-    python scripts/regime_probe.py [--samples 16] [--threads 2] [--seed 0] [data overrides: min_level=7 max_level=12 ...]
+    python experiments/regime_probe.py [--samples 16] [--threads 2] [--seed 0] [data overrides: min_level=7 max_level=12 ...]
 
 Samples ``--samples`` completions of every *training* prompt of ``CopyTask(**overrides)`` at T = 1 (the training
 temperature) from the shipped warm start, estimates each prompt's pass@8 without bias from them (as

@@ -1,6 +1,6 @@
 """Generation and training speed of SmolLM2-135M on this CPU (docs/smollm2-pilots.md, "Speed").
 
-    python scripts/pilots/speed.py --threads 2 --gen 16x32 32x32 64x32 32x16 32x64 --train 8x72 16x72
+    python experiments/smollm2-pilots/speed.py --threads 2 --gen 16x32 32x32 64x32 32x16 32x64 --train 8x72 16x72
 
 Generation: fixed-length sampling (min_new_tokens = max_new_tokens, T=1), new tokens per second, fp32 and bf16
 autocast (and bf16 weights). Training: one forward+backward of a micro-batch of length L (fp32 master weights,

@@ -1,6 +1,6 @@
 """Per-level solve rates of a checkpoint on plain vs sticky copy strings (issue #12's frontier toy).
 
-    python scripts/frontier_warmstart.py [--model tiny] [--max-level 13] [--per-level 64] [--threads 2]
+    python experiments/frontier_warmstart.py [--model tiny] [--max-level 13] [--per-level 64] [--threads 2]
 
 Samples 8 completions per held-out problem of ``CopyTask(max_level, test_per_level, sticky_frac=0.5)`` at T = 1
 (the training temperature) and prints, per level, mean@8 / pass@8 of the plain strings (no repeated adjacent digit)

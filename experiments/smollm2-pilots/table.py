@@ -1,6 +1,6 @@
 """Markdown rows of the baseline table in docs/smollm2-pilots.md from completion files written by baseline.py --out.
 
-    python scripts/pilots/table.py scripts/pilots/results/sweep_*.jsonl
+    python experiments/smollm2-pilots/table.py experiments/smollm2-pilots/results/sweep_*.jsonl
 """
 import json
 import sys

@@ -1,0 +1,92 @@
+"""What an old checkpoint may hold that today's gdro names otherwise, in one table keyed by checkpoint schema.
+
+Every checkpoint's ``meta.json`` records the schema of the gdro that wrote it (``"schema"``; absent: 0, every
+checkpoint written before the schema existed). :data:`MIGRATIONS` maps a schema to what checkpoints of that schema
+(or lower) may hold: a component class renamed (``target``), a module moved with its classes (``module``), a config
+group added since whose given option behaves as gdro did before it (``group``). A resume reads the old config
+through them (gdro.run.record.config_differences), so such a checkpoint continues, and nothing else is forgiven.
+
+**When an entry can go:** the entries under schema ``s`` are needed while gdro resumes checkpoints of schema ``s``.
+Raising :data:`OLDEST_RESUMABLE` above ``s`` (a release note: such checkpoints are refused with one line) removes
+them; the table's test fails while an entry is kept that no resumable schema needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+SCHEMA = 1  # the checkpoint schema this gdro writes (meta.json "schema")
+OLDEST_RESUMABLE = 0  # the oldest schema a resume accepts; lower ones are refused in one line
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group)."""
+
+    kind: str
+    old: str
+    new: str
+    why: str  # the change that made it (issue)
+
+
+_MOVED = {  # #29: the package layout
+    "gdro.allocators": "gdro.controllers.allocators", "gdro.bandit": "gdro.controllers.bandit",
+    "gdro.bins": "gdro.controllers.bins", "gdro.budget": "gdro.controllers.budget",
+    "gdro.difficulty": "gdro.controllers.difficulty", "gdro.oracle": "gdro.controllers.oracle",
+    "gdro.samplers": "gdro.controllers.samplers", "gdro.rewards": "gdro.grading.rewards",
+    "gdro.golds": "gdro.grading.golds", "gdro.passk": "gdro.grading.passk", "gdro.rundir": "gdro.run.lock",
+    "gdro.tracking": "gdro.run.tracking", "gdro.checkpoint": "gdro.run.checkpoint",
+    "gdro.ioerrors": "gdro.run.ioerrors", "gdro.seeding": "gdro.run.seeding", "gdro.models": "gdro.models.loading",
+    "gdro.tiny": "gdro.models.tiny", "gdro.qwen3": "gdro.models.qwen3", "gdro.prompts": "gdro.models.prompts",
+    "gdro.evaluation": "gdro.evaluation.heldout", "gdro.advantages": "gdro.loss.advantages",
+}
+
+MIGRATIONS: dict[int, tuple[Migration, ...]] = {
+    0: (
+        Migration("target", "gdro.loss.LossConfig", "gdro.loss.grpo.GRPOLoss", "#29: the loss seam"),
+        *(Migration("module", old, new, "#29: the package layout") for old, new in _MOVED.items()),
+        Migration("group", "filter._target_", "gdro.filters.NoFilter", "#31: filter=none is the old behaviour"),
+        Migration("group", "skip._target_", "gdro.controllers.skip.NoSkip", "#31: skip=none is the old behaviour"),
+    ),
+}
+
+
+def schema_of(meta: dict[str, Any]) -> int:
+    """The schema a checkpoint's meta.json records (0 before gdro recorded one)."""
+    return int(meta.get("schema", 0))
+
+
+def check_schema(schema: int, where: str) -> None:
+    """Refuse, in one line, a checkpoint this gdro cannot read: written by a newer gdro, or older than it resumes."""
+    if schema > SCHEMA:
+        raise ValueError(f"{where} was written by a newer gdro (checkpoint schema {schema}; this gdro reads up to "
+                         f"{SCHEMA}): upgrade gdro to resume it")
+    if schema < OLDEST_RESUMABLE:
+        raise ValueError(f"{where} has checkpoint schema {schema}; this gdro resumes schema {OLDEST_RESUMABLE} "
+                         f"to {SCHEMA}: resume it with an older gdro, or start a new run")
+
+
+def applying(schema: int, kind: str) -> list[Migration]:
+    """The entries of ``kind`` that a checkpoint of ``schema`` may need (those under every schema ≥ it)."""
+    return [m for s, entries in MIGRATIONS.items() if s >= schema for m in entries if m.kind == kind]
+
+
+def renamed_target(target: Any, schema: int = 0) -> Any:
+    """``target`` as today's gdro names it, for a checkpoint of ``schema``: a renamed class, or a class of a moved
+    module read at its new home. Anything else (a user's own class among them) is returned as it is."""
+    if not isinstance(target, str):
+        return target
+    for m in applying(schema, "target"):
+        if target == m.old:
+            return m.new
+    module, _, name = target.rpartition(".")
+    for m in applying(schema, "module"):
+        if module == m.old:
+            return f"{m.new}.{name}"
+    return target
+
+
+def added_group(key: str, schema: int = 0) -> str | None:
+    """For a config key an old checkpoint lacks (``filter._target_``): the value that behaves as before, if any."""
+    return next((m.new for m in applying(schema, "group") if m.old == key), None)
