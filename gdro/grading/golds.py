@@ -32,7 +32,8 @@ read. These rules run before math-verify, on a gold and on the content of an ans
   Minerva's physics answers) is a measured quantity: a real answer that rounds to it at its significant figures
   (at least :data:`MIN_SIG_FIGS`) also matches, within half a unit in its last place (``3.275\\times10^{12}`` matches
   ``3.3e12``; ``3.2\\times10^{12}`` does not). No other gold is compared so: ``0.5`` or ``3.3\\times10^{12}``
-  written out is exact, and ``0.49`` does not match ``0.5``.
+  written out is exact, and ``0.49`` does not match ``0.5``. An answer written as an equation against such a gold
+  (``r = 3.275 \\times 10^{12}``) is compared by its right-hand side, as math-verify compares it.
 * **Relations**: a text that math-verify cannot read and that holds a top-level ``=`` is read from its right-hand
   side (``m_{\\max}=n^{2}-n-1`` is ``n^{2}-n-1``).
 * **Text**: a gold that still cannot be read is compared as *normalised* text (:func:`normalize_text`: whitespace,
@@ -43,7 +44,8 @@ read. These rules run before math-verify, on a gold and on the content of an ans
   matched ``2.88\\times10^{-20}``, ``0.00000005`` matched ``10^{-8}``: a Minerva answer off by a factor of ten
   scored right). A match between two real numbers stands only if they also agree to :data:`REL_TOL` relative to
   the larger: math-verify's own precision at magnitudes of about 0.005 and above (it never changes a verdict
-  there), carried down to smaller ones.
+  there), carried down to smaller ones. An equation against a value is its right-hand side here too, as in
+  math-verify (``r = 2.88\\times10^{-20}`` matched ``2.88e-19``).
 * **Alternatives**: a gold holding several acceptable answers (a list gold whose row says it is not a multi-part
   answer) is stored as the alternatives joined by :data:`ALT_SEP`; any one of them matches.
 
@@ -223,10 +225,19 @@ def _real_values(parsed: list) -> list:
     return out
 
 
+def _right_sides(parsed: list, other: list) -> list:
+    """``parsed`` with each equation as its right-hand side when ``other`` holds none, as math-verify compares an
+    equation with a value (``r = 3.3 \\times 10^{12}`` against ``3.3e12``)."""
+    if any(isinstance(o, sympy.Eq) for o in other):
+        return parsed
+    return [p.rhs if isinstance(p, sympy.Eq) else p for p in parsed]
+
+
 def numbers_agree(gold: list, pred: list) -> bool:
     """Whether a match math-verify found may stand: True unless both sides are real numbers of which no gold and
-    answer pair agrees to :data:`REL_TOL` relative to the larger (the module docstring's small-number rule)."""
-    golds, preds = _real_values(gold), _real_values(pred)
+    answer pair agrees to :data:`REL_TOL` relative to the larger (the module docstring's small-number rule); an
+    equation on one side is its right-hand side (:func:`_right_sides`)."""
+    golds, preds = _real_values(_right_sides(gold, pred)), _real_values(_right_sides(pred, gold))
     if not golds or not preds:
         return True
     return any(abs(g - p) <= REL_TOL * max(abs(g), abs(p)) for g in golds for p in preds)
@@ -261,9 +272,10 @@ def measured(gold: str) -> Measured | None:
 
 def agree_at_figures(gold: Measured, pred: list) -> bool:
     """Whether a real number of ``pred`` rounds to the measured gold at its significant figures: within half a unit
-    in the gold's last place (ties included, whatever the rounding rule)."""
+    in the gold's last place (ties included, whatever the rounding rule); an equation is read by its right-hand side
+    (``r = 3.275 \\times 10^{12}``)."""
     slack = gold.half_unit * (1 + sympy.Rational(1, 10**12))  # the answer's value is read at 20 digits
-    return any(abs(p - gold.value) <= slack for p in _real_values(pred))
+    return any(abs(p - gold.value) <= slack for p in _real_values(_right_sides(pred, [])))
 
 
 def _parse_unbounded(text: str) -> list:
