@@ -23,11 +23,11 @@ read. These rules run before math-verify, on a gold and on the content of an ans
   anywhere). ``"boxed"`` mode only.
 * **Digit groups** (:func:`join_digit_groups`): digits grouped by threes with a space, ``\\,``, ``\\ `` or ``~``
   (``1 000``, ``12\\,345.5``) are one number; math-verify read ``1 000`` as a product. ``"boxed"`` mode only.
-* **Unit text** (:func:`units_as_text`): a number followed by plain unit text (``15,000 kcal/m^2/yr``,
-  ``1000 rad/s``, ``15,000 dollars``) is also read as the number alone, as math-verify reads units in ``\\text{}``;
-  the text must hold a word of two letters or more that is not a mathematical name, or be a compound of SI unit
-  letters (``m/s``), so ``5 x`` stays a product. The reading is added, not substituted (``5 xy`` still matches
-  ``5xy``). ``"boxed"`` mode only.
+* **Unit text** (:func:`units_as_text`): a number, or a number times a power of ten, followed by plain unit text
+  (``15,000 kcal/m^2/yr``, ``1000 rad/s``, ``15,000 dollars``, ``1.70 \\times 10^{4} cm^{-1}``) is also read as the
+  number alone, as math-verify reads units in ``\\text{}``; the text must hold a word of two letters or more that
+  is not a mathematical name, or be a compound of SI unit letters (``m/s``), so ``5 x`` stays a product. The reading
+  is added, not substituted (``5 xy`` still matches ``5xy``). ``"boxed"`` mode only.
 * **Significant figures** (:func:`measured`): a gold that is one number in e-notation (``3.3e12``, ``4.6e-24``:
   Minerva's physics answers) is a measured quantity: a real answer that rounds to it at its significant figures
   (at least :data:`MIN_SIG_FIGS`) also matches, within half a unit in its last place (``3.275\\times10^{12}`` matches
@@ -87,7 +87,8 @@ _DIGIT_GROUPS = re.compile(r"(?<![\d.,])\d{1,3}(?:(?:\s*(?:\\[,;: ]|~)\s*|\s+)\d
 _GROUP_SEP = re.compile(r"\\[,;: ]|~|\s")
 # A number followed by plain unit text ("15,000 kcal/m^2/yr", "1000 rad/s"): the text is units, not symbols
 _UNIT_TEXT = re.compile(
-    r"(?P<number>[-+]?(?:\\?\$)?\s*\d[\d,]*(?:\.\d+)?)(?P<sep>(?:\s|\\[,;: ]|~)+)"
+    r"(?P<number>[-+]?(?:\\?\$)?\s*\d[\d,]*(?:\.\d+)?(?:\s*\\(?:times|cdot)\s*10\s*\^\s*(?:\{\s*[-+]?\d+\s*\}|\d))?)"
+    r"(?P<sep>(?:\s|\\[,;: ]|~)+)"
     r"(?P<unit>[A-Za-z]+(?:\^\{?-?\d+\}?)?(?:(?:\s|\\[,;: ]|~|/|\*|\\cdot|-|\()+[A-Za-z]+(?:\^\{?-?\d+\}?)?)*\)?)"
     r"\.?\s*"
 )  # (a separator before each word: one way to split the text, so no backtracking blow-up)
