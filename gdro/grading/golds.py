@@ -4,6 +4,9 @@ Real benchmark golds and real model answers write numbers in ways math-verify's 
 read. These rules run before math-verify, on a gold and on the content of an answer's last ``\\boxed{}`` alike
 (:func:`rewrite_numbers` also on the text of ``answer_mode="any"``), so that one reading applies to both sides:
 
+* **Notations** (:mod:`gdro.grading.notation`, first): Unicode superscripts (``x²``), an ordinal (``12^{\\mathrm{th}}``
+  is 12), spacing commands before units in ``\\text{}`` (``15,000 \\, \\text{kcal}``), a relation between names
+  (``\\text{SRMC} = \\text{LRMC}`` reads as ``SRMC=LRMC``). A text without letters or commands is never touched.
 * **Python / scientific floats** (:data:`SCI_FLOAT`): ``4.5e33``, ``1e-5``, ``2.7778e-6`` become
   ``4.5\\times10^{33}`` ... -- their value. math-verify reads a lowercase ``e`` as Euler's number (``4.5e33`` =
   4.5·e·33; it reads ``4.5E33`` right, which is left alone),
@@ -65,6 +68,8 @@ from typing import Any
 import sympy
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse
 from sympy.matrices import MatrixBase
+
+from gdro.grading.notation import normalize as normalize_notation
 
 BOXED = "\\boxed{"
 PLAIN_INT = re.compile(r"-?[0-9]{1,12}")  # integers math-verify reads and compares exactly: nothing to prepare
@@ -173,8 +178,9 @@ def _top_level_rhs(text: str) -> str | None:
 
 def read(content: str, parse_fn: Callable[[str], list]) -> tuple[list, tuple[str, ...]]:
     """``(parsed, rules)``: one box's content read by the rules above, then ``parse_fn(f"\\boxed{{...}}")``;
-    ``rules`` names those that applied (``"percent"``, ``"python-number"``, ``"digit-groups"``, ``"subscript-E"``,
-    ``"relation"``, ``"unit-text"``).
+    ``rules`` names those that applied (``"percent"``, gdro.grading.notation's ``"superscript"``, ``"ordinal"``,
+    ``"unit-spacing"``, ``"names"``, then ``"python-number"``, ``"digit-groups"``, ``"subscript-E"``, ``"relation"``,
+    ``"unit-text"``).
 
     With a percent sign both readings are parsed (``x`` and ``x/100``) and concatenated: math-verify's ``verify``
     accepts when any gold element equals any answer element. Unit text after a number adds a reading too (the
@@ -182,7 +188,8 @@ def read(content: str, parse_fn: Callable[[str], list]) -> tuple[list, tuple[str
     caller's extraction config and time policy.
     """
     body, percent = split_percent(content)
-    rules = ("percent",) if percent else ()
+    body, rules = normalize_notation(body)  # superscripts, ordinals, spacing before units, names (gdro.grading.notation)
+    rules = ("percent", *rules) if percent else rules
     rewritten = rewrite_numbers(body)
     if rewritten != body:
         body, rules = rewritten, (*rules, "python-number")
