@@ -38,7 +38,7 @@ _SUPER = "⁰¹²³⁴⁵⁶⁷⁸⁹⁺⁻⁼⁽⁾ⁿⁱ"
 _SUPER_TO_ASCII = str.maketrans(_SUPER, "0123456789+-=()ni")
 _SUPER_RUN = re.compile(f"[{_SUPER}]+")
 
-_SPACE = r"(?:\s|\\[,;:! ]|~)"  # whitespace or a LaTeX spacing command
+_SPACE = r"(?:\s|(?<!\\)\\[,;:! ]|~)"  # whitespace or a spacing command (not after a line break's \\)
 _WRAP = r"\\(?:text|mathrm|textrm|mbox)\s*\{"  # a command whose argument math-verify reads as text
 _SUFFIX = r"(?:st|nd|rd|th)"
 _ORDINAL = re.compile(
