@@ -104,6 +104,24 @@ def test_concat_sums_the_failure_counts_and_bad_settings_name_the_key():
         build_components(compose_cfg(["filter=dynamic", "filter.max_rounds=0"]))
 
 
+@pytest.mark.parametrize("overrides", [[], ["allocator=knapsack", "allocator.n_min=1"],
+                                       ["allocator=rollout-gdro", "allocator.n_min=1", "allocator.n_max=1"]])
+def test_groups_of_one_rollout_are_refused_up_front(overrides):
+    """Issue #39 (6): with one rollout per prompt every group is a single rollout, whose rewards never differ: every
+    round of every step would keep nothing. Refused by the config check (before anything loads), naming the key and
+    what to do; one rollout a prompt without the filter, and a smallest arm of 1 with n̄ = 2, still pass."""
+    capped = "allocator.n_max=1" in overrides
+    with pytest.raises(ConfigError) as err:
+        build_components(compose_cfg(["filter=dynamic", "rollouts_per_prompt=1", *overrides]))
+    assert str(err.value) == (
+        f"rollouts_per_prompt=1{' (allocator.n_max=1)' if capped else ''}: filter=dynamic keeps only groups whose "
+        "rewards differ, and every group is then a single rollout, so no round of any step could keep one; set "
+        f"rollouts_per_prompt >= 2{' and allocator.n_max >= 2' if capped else ''}, or filter=none")
+    build_components(compose_cfg(["rollouts_per_prompt=1", *overrides]))  # no filter: GRPO's groups of one, allowed
+    if not capped:
+        build_components(compose_cfg(["filter=dynamic", "rollouts_per_prompt=2", *overrides]))
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.parametrize("sampler,allocator", [("uniform", "knapsack"), ("prompt-gdro", "rollout-gdro"),
                                                ("oracle-levels", "sqrt"), ("uniform", "rollout-gdro-variance"),
