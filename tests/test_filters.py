@@ -122,6 +122,24 @@ def test_groups_of_one_rollout_are_refused_up_front(overrides):
         build_components(compose_cfg(["filter=dynamic", "rollouts_per_prompt=2", *overrides]))
 
 
+def test_a_reward_that_is_always_0_is_warned_once_not_every_step(tmp_path, caplog):
+    """Issue #39 (6): a real run whose reward is always 0 (one new token: every completion is cut before an answer, so
+    scored wrong) spends every round of every step and keeps nothing. The first such step says so, naming what to
+    do; the later ones do not repeat it (their rows still say filter/kept_groups=0)."""
+    cfg = compose_cfg([*FAST, "filter=dynamic", "filter.max_rounds=2", "model.max_new_tokens=1", "steps=3",
+                       "data.train_size=16"])
+    with caplog.at_level("WARNING", logger="gdro.filters"):
+        rows = [r for r in build_training(cfg, tmp_path / "run").fit() if r.get("step")]
+    assert [(r["reward/mean"], r["reward/std"], r["filter/rounds"], r["filter/kept_groups"]) for r in rows] == \
+        [(0.0, 0.0, 2.0, 0.0)] * 3
+    said = [rec for rec in caplog.records if rec.name == "gdro.filters"]
+    assert len(said) == 1 and said[0].levelname == "WARNING", [rec.getMessage() for rec in said]
+    text = said[0].getMessage()
+    assert text.startswith("filter=dynamic: none of a step's 2 rounds (filter.max_rounds) held a group with signal "
+                           "(every reward was 0)"), text
+    assert "check the reward and the data, or set filter=none" in text and "not repeated" in text
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.parametrize("sampler,allocator", [("uniform", "knapsack"), ("prompt-gdro", "rollout-gdro"),
                                                ("oracle-levels", "sqrt"), ("uniform", "rollout-gdro-variance"),
