@@ -31,7 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from gdro import distributed, process_group
 from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
-from gdro.filters import Filter, NoFilter
+from gdro.filters import DynamicSampling, Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.models.loading import Policy, lora_target_problem
 from gdro.models.source import model_provenance
@@ -102,12 +102,26 @@ def build_components(cfg: DictConfig) -> Components:
     except ValueError as err:
         raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
                           f"(allocator {type(parts['allocator']).__name__})") from err
+    check_groups_can_mix(parts["filter"], run.rollouts_per_prompt, parts["allocator"])
     check_engine(parts["rollout"])
     if not isinstance(parts["skip"], NoSkip) and parts["sampler"].reads_labels:
         raise ConfigError("skip=greso cannot wrap a control that reads the generator's labels (sampler "
                           f"{type(parts['sampler']).__name__}): the oracle would no longer be the oracle")
     parts["sampler"] = parts["skip"].wrap(parts["sampler"])
     return Components(run, **parts)
+
+
+def check_groups_can_mix(flt: Filter, n_bar: int, allocator: Any) -> None:
+    """``filter=dynamic`` keeps only groups whose rewards differ; a group of one rollout never holds two. With n̄ = 1
+    every group is one (every allocator spends n̄ × #prompts exactly, at least one rollout a prompt; an allocator
+    with n_max = 1 allows no other n̄): every round of every step would keep nothing. A ConfigError up front."""
+    if not isinstance(flt, DynamicSampling) or n_bar != 1:
+        return
+    capped = getattr(allocator, "n_max", None) == 1
+    raise ConfigError(f"rollouts_per_prompt=1{' (allocator.n_max=1)' if capped else ''}: filter=dynamic keeps only "
+                      "groups whose rewards differ, and every group is then a single rollout, so no round of any step "
+                      f"could keep one; set rollouts_per_prompt >= 2{' and allocator.n_max >= 2' if capped else ''}, "
+                      "or filter=none")
 
 
 def check_engine(engine_cfg: Any) -> None:

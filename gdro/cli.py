@@ -199,16 +199,28 @@ def _job_dir_checked(run_job):
 
 def _check_job_dirs() -> None:
     """Give the launchers (Hydra's basic one; submitit's, where installed: its job processes import this module with
-    the job) :func:`_job_dir_checked`'s ``run_job``."""
-    import importlib
+    the job) :func:`_job_dir_checked`'s ``run_job``.
 
-    for name in ("hydra._internal.core_plugins.basic_launcher", "hydra_plugins.hydra_submitit_launcher.submitit_launcher"):
-        try:
-            module = importlib.import_module(name)
-        except ImportError:  # submitit's launcher is an optional plugin
-            continue
+    ``hydra.core.utils.run_job`` itself first: in a submitit job process Hydra's plugin discovery executes the
+    launcher's module again in place (hydra.core.plugins), and its ``from hydra.core.utils import run_job`` then
+    takes the checked one; the launcher modules already imported get it as well."""
+    import hydra.core.utils
+
+    for module in (hydra.core.utils, *_imported("hydra._internal.core_plugins.basic_launcher",
+                                                "hydra_plugins.hydra_submitit_launcher.submitit_launcher")):
         if not getattr(module.run_job, "checks_job_dir", False):
             module.run_job = _job_dir_checked(module.run_job)
+
+
+def _imported(*names: str) -> Iterator[object]:
+    """The modules of ``names`` that can be imported (submitit's launcher is an optional plugin)."""
+    import importlib
+
+    for name in names:
+        try:
+            yield importlib.import_module(name)
+        except ImportError:
+            continue
 
 
 def _detach_log_file(run_dir: Path) -> None:

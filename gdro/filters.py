@@ -12,6 +12,7 @@ allocator, and it always terminates: at most ``max_rounds`` rounds.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from gdro.interfaces import RewardBatch
 from gdro.rollout.base import RolloutBatch, concat_rollouts
 
 __all__ = ["Collected", "Drawn", "DynamicSampling", "Filter", "NoFilter"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -124,7 +127,9 @@ class DynamicSampling:
     rewards are all equal are dropped; rounds stop once ``target`` groups with signal are held, or after
     ``max_rounds`` rounds. The kept groups are the first ``target`` mixed ones in draw order (DAPO truncates
     the same way); the rest count as discarded. When the cap is hit with fewer, the step trains on those it holds;
-    with none at all, on round 0's groups as GRPO would (their policy gradient is 0), never on an empty batch.
+    with none at all, on round 0's groups as GRPO would (their policy gradient is 0), never on an empty batch, and the
+    first such step of a run logs a warning (a reward that is always the same spins through every round of every
+    step). Groups of one rollout, which never hold two rewards, are refused before the run (gdro.build).
     """
 
     def __init__(self, max_rounds: int = 4, oversample: float = 1.0):
@@ -134,6 +139,7 @@ class DynamicSampling:
             raise ValueError(f"oversample must be a finite number >= 1, got {oversample!r}")
         self.max_rounds, self.oversample = int(max_rounds), float(oversample)
         self._last: dict[str, float] = {}
+        self._warned = False  # the warning of a step that kept nothing: once per run
 
     def collect(self, draw: Callable[[int, int], Drawn], target: int) -> Collected:
         parts: list[Drawn] = []
@@ -147,9 +153,23 @@ class DynamicSampling:
         fallback = len(kept) == 0
         if fallback:  # no group with signal in any round: round 0's groups, as without a filter
             kept = np.arange(len(parts[0].ids))
+            self._warn_nothing_kept(generated)
         self._last = {"filter/rounds": float(len(parts)), "filter/kept_groups": float(0 if fallback else len(kept)),
                       "filter/target_met": float(len(kept) >= target and not fallback)}
         return Collected(generated.subset(kept), generated, kept, len(parts))
+
+    def _warn_nothing_kept(self, generated: Drawn) -> None:
+        """The first step of the run whose every round kept nothing: say so, and what to do (once per run)."""
+        if self._warned:
+            return
+        self._warned = True
+        rewards = np.unique(generated.scored.rewards)
+        seen = f"every reward was {rewards[0]:g}" if len(rewards) == 1 else "each group's rewards were all equal"
+        log.warning("filter=dynamic: none of a step's %d rounds (filter.max_rounds) held a group with signal (%s), so "
+                    "it trains on round 0's groups, whose policy gradient is 0. Where the reward cannot vary (a task "
+                    "the model cannot solve yet, a reward that is always the same) every step spends its rounds on "
+                    "nothing: check the reward and the data, or set filter=none. Each such step logs "
+                    "filter/kept_groups=0; this warning is not repeated", self.max_rounds, seen)
 
     def metrics(self) -> dict[str, float]:
         """``filter/rounds``, ``filter/kept_groups`` (with signal), ``filter/target_met`` (1 if the batch is full)."""

@@ -104,6 +104,42 @@ def test_concat_sums_the_failure_counts_and_bad_settings_name_the_key():
         build_components(compose_cfg(["filter=dynamic", "filter.max_rounds=0"]))
 
 
+@pytest.mark.parametrize("overrides", [[], ["allocator=knapsack", "allocator.n_min=1"],
+                                       ["allocator=rollout-gdro", "allocator.n_min=1", "allocator.n_max=1"]])
+def test_groups_of_one_rollout_are_refused_up_front(overrides):
+    """Issue #39 (6): with one rollout per prompt every group is a single rollout, whose rewards never differ: every
+    round of every step would keep nothing. Refused by the config check (before anything loads), naming the key and
+    what to do; one rollout a prompt without the filter, and a smallest arm of 1 with n̄ = 2, still pass."""
+    capped = "allocator.n_max=1" in overrides
+    with pytest.raises(ConfigError) as err:
+        build_components(compose_cfg(["filter=dynamic", "rollouts_per_prompt=1", *overrides]))
+    assert str(err.value) == (
+        f"rollouts_per_prompt=1{' (allocator.n_max=1)' if capped else ''}: filter=dynamic keeps only groups whose "
+        "rewards differ, and every group is then a single rollout, so no round of any step could keep one; set "
+        f"rollouts_per_prompt >= 2{' and allocator.n_max >= 2' if capped else ''}, or filter=none")
+    build_components(compose_cfg(["rollouts_per_prompt=1", *overrides]))  # no filter: GRPO's groups of one, allowed
+    if not capped:
+        build_components(compose_cfg(["filter=dynamic", "rollouts_per_prompt=2", *overrides]))
+
+
+def test_a_reward_that_is_always_0_is_warned_once_not_every_step(tmp_path, caplog):
+    """Issue #39 (6): a real run whose reward is always 0 (one new token: every completion is cut before an answer, so
+    scored wrong) spends every round of every step and keeps nothing. The first such step says so, naming what to
+    do; the later ones do not repeat it (their rows still say filter/kept_groups=0)."""
+    cfg = compose_cfg([*FAST, "filter=dynamic", "filter.max_rounds=2", "model.max_new_tokens=1", "steps=3",
+                       "data.train_size=16"])
+    with caplog.at_level("WARNING", logger="gdro.filters"):
+        rows = [r for r in build_training(cfg, tmp_path / "run").fit() if r.get("step")]
+    assert [(r["reward/mean"], r["reward/std"], r["filter/rounds"], r["filter/kept_groups"]) for r in rows] == \
+        [(0.0, 0.0, 2.0, 0.0)] * 3
+    said = [rec for rec in caplog.records if rec.name == "gdro.filters"]
+    assert len(said) == 1 and said[0].levelname == "WARNING", [rec.getMessage() for rec in said]
+    text = said[0].getMessage()
+    assert text.startswith("filter=dynamic: none of a step's 2 rounds (filter.max_rounds) held a group with signal "
+                           "(every reward was 0)"), text
+    assert "check the reward and the data, or set filter=none" in text and "not repeated" in text
+
+
 # ------------------------------------------------------------------------------------------------ end to end
 @pytest.mark.parametrize("sampler,allocator", [("uniform", "knapsack"), ("prompt-gdro", "rollout-gdro"),
                                                ("oracle-levels", "sqrt"), ("uniform", "rollout-gdro-variance"),

@@ -77,6 +77,11 @@ CASES = [
     ("allocator=rollout-gdro rollouts_per_prompt=1", "rollouts_per_prompt"),
     ("allocator=sqrt allocator.n_min=10", "n_min=10"),
     ("allocator=rollout-gdro rollouts_per_prompt=30", "rollouts_per_prompt=30"),
+    # filter=dynamic with groups of one rollout (issue #39 item 6): no round could ever keep a group
+    ("filter=dynamic rollouts_per_prompt=1", "rollouts_per_prompt=1: filter=dynamic keeps only groups whose"),
+    ("filter=dynamic allocator=knapsack allocator.n_min=1 rollouts_per_prompt=1", "rollouts_per_prompt=1: filter=dyn"),
+    ("filter=dynamic allocator=sqrt allocator.n_min=1 allocator.n_max=1 rollouts_per_prompt=1",
+     "rollouts_per_prompt=1 (allocator.n_max=1): filter=dynamic"),
     ("loss=gspo loss.clip_low=2", "loss.clip_low=2"),
     ("loss=gspo loss.agg=mean", "loss.agg=mean"),
     ("loss=dr-grpo loss.max_new_tokens=0", "loss.max_new_tokens=0"),

@@ -143,13 +143,17 @@ def test_a_refused_start_leaves_every_file_of_the_held_dir_as_it_was(tmp_path, h
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
 
 
-def test_a_sweep_job_whose_run_dir_is_a_file_is_reported_in_one_line_and_the_others_run(tmp_path):
+@pytest.mark.parametrize("launcher", ["basic", "submitit_local"])
+def test_a_sweep_job_whose_run_dir_is_a_file_is_reported_in_one_line_and_the_others_run(tmp_path, launcher):
     """Issue #39 (3): Hydra creates a job's run dir before the job starts; a file in its place ended the sweep in a
-    traceback (rc 1) and the later jobs never ran. Now: jobs 0 and 2 run, job 1 is one line at the end, status 74."""
+    traceback (rc 1) and the later jobs never ran. Now: jobs 0 and 2 run, job 1 is one line at the end, status 74.
+    Under ``hydra/launcher=submitit_local`` too, whose job processes re-execute the launcher's module (Hydra's plugin
+    discovery), which took Hydra's unchecked ``run_job`` again: a 40-line traceback, rc 1."""
     sweep = tmp_path / "S"
     sweep.mkdir()
     (sweep / "1").touch()
-    proc = subprocess.run([str(GDRO_TRAIN), "-m", *QUICK, "steps=2", "seed=0,1,2", f"hydra.sweep.dir={sweep}",
+    extra = [] if launcher == "basic" else [f"hydra/launcher={launcher}"]
+    proc = subprocess.run([str(GDRO_TRAIN), "-m", *extra, *QUICK, "steps=2", "seed=0,1,2", f"hydra.sweep.dir={sweep}",
                            "hydra.sweep.subdir=${seed}"], cwd=REPO, env=_env(), capture_output=True, text=True,
                           timeout=600, check=False)
     lines = [x for x in _lines(proc.stderr) if not x.startswith("[")]
@@ -158,3 +162,5 @@ def test_a_sweep_job_whose_run_dir_is_a_file_is_reported_in_one_line_and_the_oth
     assert lines[0].endswith(f") did not run: error: Not a directory (ENOTDIR): {sweep / '1'}"), lines
     for seed in (0, 2):
         assert json.loads((sweep / str(seed) / "run.json").read_text())["status"] == "completed"
+        assert [r["step"] for r in read_metrics(sweep / str(seed)) if "step" in r][-1] == 2
+    assert (sweep / "1").is_file() and not list(sweep.glob(".gdro-sweep-*"))
