@@ -333,3 +333,21 @@ def test_a_failed_run_records_its_last_logged_step_and_so_does_its_prev_1(tmp_pa
     assert prev["status"] == "failed" and prev["last_step"] == 3 and "injected failure" in prev["error"]
     assert json.loads((run_dir / "metrics.jsonl.prev-1").read_text().splitlines()[-1])["step"] == 3
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_killed_run_set_aside_records_the_last_step_in_its_metrics(tmp_path, monkeypatch):
+    """#39 item 5, the killed case: a run without checkpoints killed after step 3 (run.json still says ``running``,
+    ``last_step`` 0, its last row cut by the kill). Its run.json.prev-1 says ``unrecorded`` with ``last_step`` 3, the
+    last whole row of its metrics.jsonl, not the 0 run.json had."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_dir = tmp_path / "run"
+    proc = _holder(run_dir, 60)
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "last_step": 0, "wandb_id": "w"}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in (1, 2, 3))
+                                           + '{"step": 4, "lo')
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    monkeypatch.setattr(sys, "argv", ["gdro-train", *FAST, "steps=1", f"hydra.run.dir={run_dir}"])
+    cli.train()
+    prev = json.loads((run_dir / "run.json.prev-1").read_text())
+    assert prev["status"] == "unrecorded" and prev["last_step"] == 3
