@@ -16,11 +16,13 @@ from typing import NoReturn
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from gdro.run.ioerrors import EXIT_IO_ERROR, atomic_write_text, named_io
+
 CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
 
 EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status for a usage error)
-EXIT_IO_ERROR = 74  # the disk is full, a path is not writable, a file is unreadable (sysexits EX_IOERR)
 EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
+HYDRA_SUBDIR = ".hydra"  # where the job's composed config, Hydra's config and the overrides are saved
 MAX_PRECHECKED_JOBS = 32  # a sweep's jobs composed up front (each job still checks its own config)
 _kept = False  # while a sweep's job runs in this process: its user error is kept for the sweep's report, not printed
 
@@ -218,3 +220,17 @@ def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
     finally:
         HydraConfig.instance().cfg = None
     return run_dir, "${now:" in str(OmegaConf.to_container(cfg.hydra.run, resolve=False).get("dir"))
+
+
+def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
+    """Write what Hydra writes into ``<run_dir>/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), each whole or
+    not at all, a failure naming its file (Hydra's own writing, turned off by ``hydra.output_subdir: null``, fails on
+    a full disk with a traceback). gdro-train writes them once it holds the run dir (Hydra writes them before the job
+    starts, over the files of a run that holds the dir and refuses us); gdro-eval as its job starts."""
+    hydra_cfg = HydraConfig.instance().cfg
+    out = run_dir / HYDRA_SUBDIR
+    with named_io(out):
+        out.mkdir(parents=True, exist_ok=True)
+    for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
+                       ("overrides.yaml", hydra_cfg.hydra.overrides.task)):
+        atomic_write_text(out / name, OmegaConf.to_yaml(node))

@@ -33,6 +33,7 @@ from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's s
     job_log_files_closed,
     planned_run_dir,
     precheck,
+    save_hydra_files,
     user_errors,
 )
 from gdro.interrupt import BEFORE_THE_RUN, say
@@ -74,7 +75,7 @@ def _job(cfg: DictConfig) -> float | None:
     # SIGTERM / SIGINT (preemption, Ctrl-C): finish the step, save a checkpoint, exit cleanly; rerun to resume
     with user_errors(), _run_dir_lock(cfg, run_dir) as lock, StopRequest().installed() as stop:
         if lock is not None:
-            _save_hydra_files(cfg, run_dir)  # Hydra's own (conf/train.yaml: output_subdir null), now that we own it
+            save_hydra_files(cfg, run_dir)  # Hydra's own (conf/train.yaml: output_subdir null), now that we own it
             if lock.takeover():
                 log.warning("%s", lock.takeover())
         training = build_training(cfg, run_dir, choices=choices)  # the algorithm (.trainer) in its lifecycle (.lifecycle)
@@ -109,25 +110,6 @@ def _job(cfg: DictConfig) -> float | None:
         log.info("%s: first %.2f -> last %.2f  (run dir: %s)", key, evals[0][key], evals[-1][key], hc.runtime.output_dir)
         return float(evals[-1][key])
     return None
-
-
-HYDRA_SUBDIR = ".hydra"  # where the job's composed config, Hydra's config and the overrides are saved
-
-
-def _save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
-    """Write what Hydra writes into ``<run_dir>/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), once this
-    process holds the run dir: conf/train.yaml turns Hydra's own writing off (``hydra.output_subdir: null``), which
-    happens before the job starts and so would overwrite the files of a run that holds the dir and refuses us."""
-    from gdro.run.ioerrors import named_io
-
-    hydra_cfg = HydraConfig.instance().cfg
-    out = run_dir / HYDRA_SUBDIR
-    with named_io(out):
-        out.mkdir(parents=True, exist_ok=True)
-    for name, node in (("config.yaml", cfg), ("hydra.yaml", hydra_cfg),
-                       ("overrides.yaml", hydra_cfg.hydra.overrides.task)):
-        with named_io(out / name), open(out / name, "w", encoding="utf-8") as fh:
-            fh.write(OmegaConf.to_yaml(node))
 
 
 # ------------------------------------------------------------------------------ a sweep runs every job it can

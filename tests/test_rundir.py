@@ -287,3 +287,67 @@ def test_a_run_set_aside_says_how_it_ended(tmp_path, monkeypatch, deferred):
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "completed" and "resumes" not in record and record["wandb_id"] != "w"
     assert json.loads((run_dir / LOCK_NAME).read_text()).get("deferred") is None  # recorded once, not again
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("deferred", [True, False], ids=["end-kept-in-the-lock", "end-in-run-json"])
+def test_a_failed_run_records_its_last_logged_step_and_so_does_its_prev_1(tmp_path, monkeypatch, deferred):
+    """#39 item 5: a run without checkpoints fails after step 3 of 4 (its 4th step raises). Its end is recorded with
+    ``last_step`` 3, the last step in metrics.jsonl -- in run.json, or, when run.json cannot take it (``deferred``:
+    a full disk), in gdro.lock -- and the next start, which sets the run aside, keeps ``last_step`` 3 in
+    run.json.prev-1. It used to say 0: run.json's last_step was current only at a checkpoint."""
+    import errno
+
+    from gdro import trainer
+    from gdro.run import tracking
+
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_dir = tmp_path / "run"
+    argv = ["gdro-train", *FAST, "steps=4", "checkpoint.every=0", "checkpoint.at_end=false", f"hydra.run.dir={run_dir}"]
+    step, update = trainer.Trainer._step, tracking.RunRecord.update
+
+    def failing_step(self, n, st):
+        if n == 4:
+            raise RuntimeError("injected failure at step 4")
+        return step(self, n, st)
+
+    def full_disk_at_the_end(self, **fields):
+        if deferred and fields.get("status") == "failed":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return update(self, **fields)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trainer.Trainer, "_step", failing_step)
+        patch.setattr(tracking.RunRecord, "update", full_disk_at_the_end)
+        patch.setattr(sys, "argv", argv)
+        with pytest.raises(SystemExit):  # Hydra reports the error, status 1
+            cli.train()
+    logged = [json.loads(line)["step"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert logged == [1, 2, 3]
+    end = json.loads((run_dir / LOCK_NAME).read_text())["deferred"] if deferred else \
+        json.loads((run_dir / "run.json").read_text())
+    assert end["status"] == "failed" and end["last_step"] == 3 and "injected failure" in end["error"]
+    monkeypatch.setattr(sys, "argv", [*argv[:-4], "steps=1", f"hydra.run.dir={run_dir}"])
+    cli.train()  # no checkpoint: the failed run is set aside, a fresh one runs
+    prev = json.loads((run_dir / "run.json.prev-1").read_text())
+    assert prev["status"] == "failed" and prev["last_step"] == 3 and "injected failure" in prev["error"]
+    assert json.loads((run_dir / "metrics.jsonl.prev-1").read_text().splitlines()[-1])["step"] == 3
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
+
+
+def test_a_killed_run_set_aside_records_the_last_step_in_its_metrics(tmp_path, monkeypatch):
+    """#39 item 5, the killed case: a run without checkpoints killed after step 3 (run.json still says ``running``,
+    ``last_step`` 0, its last row cut by the kill). Its run.json.prev-1 says ``unrecorded`` with ``last_step`` 3, the
+    last whole row of its metrics.jsonl, not the 0 run.json had."""
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    run_dir = tmp_path / "run"
+    proc = _holder(run_dir, 60)
+    (run_dir / "run.json").write_text(json.dumps({"status": "running", "last_step": 0, "wandb_id": "w"}))
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.1}) + "\n" for s in (1, 2, 3))
+                                           + '{"step": 4, "lo')
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    monkeypatch.setattr(sys, "argv", ["gdro-train", *FAST, "steps=1", f"hydra.run.dir={run_dir}"])
+    cli.train()
+    prev = json.loads((run_dir / "run.json.prev-1").read_text())
+    assert prev["status"] == "unrecorded" and prev["last_step"] == 3

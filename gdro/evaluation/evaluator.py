@@ -36,7 +36,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gdro.app import CONF_DIR, job_log_files_closed, planned_run_dir, precheck, user_errors
+from gdro.app import CONF_DIR, job_log_files_closed, planned_run_dir, precheck, save_hydra_files, user_errors
 from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
 from gdro.data.benchmark_specs import BENCHMARKS
 from gdro.data.benchmarks import load_benchmark
@@ -45,7 +45,7 @@ from gdro.distributed import Dist
 from gdro.interfaces import Problem
 from gdro.models.source import model_provenance
 from gdro.rollout.base import close_engine
-from gdro.run.ioerrors import named_io
+from gdro.run.ioerrors import atomic_write, atomic_write_text, named_io
 from gdro.validate import validate_config
 
 if TYPE_CHECKING:
@@ -217,7 +217,8 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
 
 
 def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
-    """Validate ``cfg``, load the model, evaluate every benchmark, write ``eval.json``/``eval.md`` to ``out_dir``."""
+    """Validate ``cfg``, load the model, evaluate every benchmark, write ``samples.jsonl``, ``eval.md`` and, last,
+    ``eval.json`` to ``out_dir`` (:func:`write_results`)."""
     from gdro.evaluation.heldout import evaluate
 
     plan = build_plan(cfg)
@@ -257,20 +258,28 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
         "choices": choices or {},
         "config": OmegaConf.to_container(cfg, resolve=True),
     }
-    with named_io(out_dir / "eval.json"):
-        (out_dir / "eval.json").write_text(json.dumps(record, indent=2, default=str))
-    with named_io(out_dir / "samples.jsonl"), open(out_dir / "samples.jsonl", "w") as fh:  # read by gdro-rescore
-        fh.writelines(json.dumps(row) + "\n" for row in samples)  # every completion and its verdict
-    with named_io(out_dir / "eval.md"):
-        (out_dir / "eval.md").write_text(md)
+    write_results(out_dir, record, samples, md)
     print(md, end="")
     return metrics
+
+
+def write_results(out_dir: Path, record: dict[str, Any], samples: list[dict], md: str) -> None:
+    """``samples.jsonl`` (every completion and its verdict, read by gdro-rescore), ``eval.md``, then ``eval.json``:
+    each whole or not at all (gdro.run.ioerrors.atomic_write; a failure names its file), eval.json last, so that
+    it is there only when the evaluation finished and its other files are this evaluation's. An earlier
+    evaluation's eval.json goes first: a failure midway leaves none, not one beside newer files."""
+    with named_io(out_dir / "eval.json"):
+        (out_dir / "eval.json").unlink(missing_ok=True)
+    atomic_write(out_dir / "samples.jsonl", lambda fh: fh.writelines(json.dumps(row) + "\n" for row in samples))
+    atomic_write_text(out_dir / "eval.md", md)
+    atomic_write_text(out_dir / "eval.json", json.dumps(record, indent=2, default=str))
 
 
 @hydra.main(config_path=CONF_DIR, config_name="eval_app", version_base="1.3")
 @user_errors()
 def _eval(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
+    save_hydra_files(cfg, Path(hc.runtime.output_dir))  # conf/eval_app.yaml: hydra.output_subdir null
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     out = cfg.get("out") or hc.runtime.output_dir
     metrics = run_eval(cfg, out, choices=choices)

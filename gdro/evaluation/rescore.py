@@ -19,13 +19,17 @@ pass@n = any correct), and where the lines carry a stored verdict (``correct``, 
 true or > 0.5 is correct), how many verdicts agree with gdro's and how many differ. ``--out`` writes one line per
 completion with gdro's verdict. ``--window eval`` (default) reads the last ``\\boxed{}`` of the whole completion as
 gdro-eval does; ``--window train`` reads the training reward's window (``reward.tail_chars``, the official 300).
-A line that names no known problem is counted and skipped; a bad argument or file is one line on stderr, exit 2.
+A line that names no known problem is counted and skipped; a bad argument or file is one line on stderr, exit 2;
+an ``--out`` that cannot be written (a full disk, an unwritable directory) one line naming it, exit 74, and no file
+is left behind (it is written whole or not at all: a file already there stays as it was).
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import os
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -39,6 +43,7 @@ from gdro.data.benchmarks import DataFileError, load_benchmark, read_json_lines
 from gdro.grading.reward_config import EVAL_BOXES, RewardConfig
 from gdro.grading.rewards import MathVerifyReward
 from gdro.interfaces import Problem
+from gdro.run.ioerrors import EXIT_IO_ERROR, atomic_write, check_creatable, is_environment_error, one_line
 
 TEXT_KEYS = ("completion", "response")
 LIST_KEYS = ("completions", "responses")
@@ -164,10 +169,10 @@ def rescore(
     figures = _figures(where, scored.correct, stored)
     _print(figures, loaded, skipped, window)
     if out:
-        with open(out, "w") as fh:
-            for (name, uid, line, j), ok, was in zip(where, scored.correct.tolist(), stored):
-                fh.write(json.dumps({"benchmark": name, "uid": uid, "line": line, "sample": j, "correct": ok,
-                                     **({"stored": was} if was is not None else {})}) + "\n")
+        atomic_write(out, lambda fh: fh.writelines(
+            json.dumps({"benchmark": name, "uid": uid, "line": line, "sample": j, "correct": ok,
+                        **({"stored": was} if was is not None else {})}) + "\n"
+            for (name, uid, line, j), ok, was in zip(where, scored.correct.tolist(), stored)))
     return figures
 
 
@@ -213,7 +218,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Console script ``gdro-rescore``; a bad argument or file is one line on stderr, exit 2."""
+    """Console script ``gdro-rescore``; a bad argument or file is one line on stderr, exit 2; an ``--out`` that cannot
+    be written one line naming it, exit 74 (checked before the scoring, and again by the write itself)."""
     ap = _Parser(prog="gdro-rescore", description=__doc__.split("\n\n")[0])
     ap.add_argument("completions", help="JSON-lines file of completions (gdro-eval's samples.jsonl or your own)")
     ap.add_argument("--benchmark", action="append", required=True, metavar="NAME[=PATH]",
@@ -229,12 +235,36 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not Path(args.completions).is_file():
             raise RescoreError(f"{args.completions}: no such file")
+        _check_out(args.out)
         rescore(args.completions, args.benchmark, window=args.window, overrides=_overrides(args.set), out=args.out,
                 reward=MathVerifyReward(RewardConfig(eval_boxes=args.boxes)))
-    except (RescoreError, OSError) as err:
+    except OSError as err:
+        if not is_environment_error(err):
+            print(f"gdro-rescore: error: {err}", file=sys.stderr)
+            return 2
+        print(f"gdro-rescore: error: {one_line(err)}", file=sys.stderr)
+        return EXIT_IO_ERROR
+    except RescoreError as err:
         print(f"gdro-rescore: error: {err}", file=sys.stderr)
         return 2
     return 0
+
+
+def _check_out(out: str | None) -> None:
+    """``--out`` before the scoring: a directory is a usage error; a place where no file can be written (a file or
+    nothing where its directory should be, an unwritable or read-only directory) an ``OSError`` naming the directory.
+    A device or a FIFO (``/dev/stdout``) is written in place and not checked here."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise RescoreError(f"--out {out}: is a directory")
+    if path.exists() and not path.is_file():
+        return
+    parent = path.absolute().parent
+    check_creatable(parent)
+    if not parent.is_dir():
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(parent))
 
 
 if __name__ == "__main__":

@@ -112,6 +112,7 @@ from gdro.report.table import (
     write_table,
 )
 from gdro.report.table1 import log_to_wandb, write_table1
+from gdro.run.ioerrors import atomic_write_text
 
 __all__ = [
     "BASELINE",
@@ -165,7 +166,8 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """Console script ``gdro-report``: a usage error is one line (status 2), an unwritable ``--out`` or a full disk
-    one line naming the path (status 74); ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
+    one line naming the path (status 74; each file is written whole or not at all: gdro.run.ioerrors.atomic_write);
+    ``HYDRA_FULL_ERROR=1`` shows the traceback, as in gdro-train."""
     from gdro.run.ioerrors import is_environment_error, one_line
 
     try:
@@ -204,8 +206,8 @@ def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple
     if mech_rows:
         mech_md = out / "mechanism.md"
         mech_text = mechanism_markdown(mech_rows, mech_bins)
-        mech_md.write_text("Mechanism columns over each run's training steps after the unseen phase; mean ± 95% CI "
-                           "over runs (gdro/report/mechanism.py).\n\n" + mech_text, encoding="utf-8")
+        atomic_write_text(mech_md, "Mechanism columns over each run's training steps after the unseen phase; mean "
+                                   "± 95% CI over runs (gdro/report/mechanism.py).\n\n" + mech_text)
     paper_md, paper_figs, paper_skipped = write_paper_figures(runs, out)  # the paper's §7.4 figures
     figs += paper_figs
     for line in paper_skipped:
@@ -257,9 +259,10 @@ def _main(argv: list[str] | None) -> int:
         prows, info = paired_comparison(runs, keys, tail_key=mean_tail, which=args.which)
         paired_md = out / "paired.md"
         text = paired_markdown(prows, keys, info)
-        paired_md.write_text(
+        atomic_write_text(
+            paired_md,
             f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
-            + text, encoding="utf-8")
+            + text)
     compute = None
     if paired_md is not None:  # the held-out curve at equal compute: the tail mean@k, else the first mean@k
         curve_key = mean_tail or next((k for k in heads if METRIC_KEY.match(k)["kind"] == "mean"), None)

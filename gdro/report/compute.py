@@ -29,6 +29,7 @@ import numpy as np
 from gdro.report.names import BASELINE, _method_rank, display_name
 from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
 from gdro.report.table import format_cell, mean_ci
+from gdro.run.ioerrors import atomic_write_text
 
 AXES = ("tokens", "steps")
 AXIS_NAMES = {"tokens": "generated tokens (compute/tokens_cum)", "steps": "training steps"}
@@ -203,6 +204,6 @@ def write_compute(runs: list[SweepRun], out, key: str, axis: str, which: str):
     rows, info = compute_comparison(runs, key, axis, which)
     text = compute_markdown(rows, info)
     path = out / "compute.md"
-    path.write_text(f"Each method minus GRPO, paired by seed, at equal compute ({which} evaluation row at equal "
-                    f"steps); mean ± 95% CI (Student t); gdro/report/compute.py.\n\n" + text, encoding="utf-8")
+    atomic_write_text(path, f"Each method minus GRPO, paired by seed, at equal compute ({which} evaluation row at "
+                            f"equal steps); mean ± 95% CI (Student t); gdro/report/compute.py.\n\n" + text)
     return path, text, info["threshold"]

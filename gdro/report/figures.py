@@ -18,6 +18,7 @@ from gdro.report.names import (
     metric_sort_key,
 )
 from gdro.report.runs import SweepRun, _groups, _label
+from gdro.run.ioerrors import atomic_write
 
 
 def _series(run: SweepRun, key: str) -> tuple[np.ndarray, np.ndarray]:
@@ -89,8 +90,10 @@ def _save(fig, path) -> bool:
     import matplotlib.pyplot as plt
 
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    try:  # whole or not at all, a failure naming the file (gdro.run.ioerrors)
+        atomic_write(path, lambda fh: fig.savefig(fh, format=Path(path).suffix[1:] or "png", dpi=110), binary=True)
+    finally:
+        plt.close(fig)
     return True
 
 

@@ -26,6 +26,7 @@ from gdro.report.paper_figures import (
     wse_ratio,
 )
 from gdro.report.runs import SweepRun
+from gdro.run.ioerrors import atomic_write_text
 
 
 def _band(ax, series, color, label: str, ls: str = "-", sd_band: bool = True) -> bool:
@@ -199,6 +200,6 @@ def write_paper_figures(runs: list[SweepRun], out_dir: str | Path) -> tuple[Path
         return None, made, skipped
     sw.notes += skipped
     md = out_dir / "paper_mechanism.md"
-    md.write_text("The paper's mechanism figures and their numbers (§7.4; gdro/report/paper_figures.py).\n\n"
-                  + paper_markdown(sw), encoding="utf-8")
+    atomic_write_text(md, "The paper's mechanism figures and their numbers (§7.4; gdro/report/paper_figures.py).\n\n"
+                      + paper_markdown(sw))
     return md, made, skipped

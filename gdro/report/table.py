@@ -10,6 +10,7 @@ import numpy as np
 
 from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
 from gdro.report.runs import SweepRun, _label, _select_row
+from gdro.run.ioerrors import atomic_write, atomic_write_text
 
 # Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30.
 _T975 = (
@@ -132,7 +133,7 @@ def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tu
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md = out_dir / "table.md"
-    md.write_text(to_markdown(rows) + (f"\n{notes}" if notes else ""), encoding="utf-8")
+    atomic_write_text(md, to_markdown(rows) + (f"\n{notes}" if notes else ""))
     cols = _columns(rows)
     gain_keys = sorted({g for r in rows for g in r["gain"]}, key=metric_sort_key)
     header = ["method", "name", "n_seeds", "seeds", "n_incomplete"]
@@ -143,8 +144,7 @@ def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tu
     def num(x: float | None) -> str:
         return "" if x is None or not math.isfinite(x) else repr(float(x))
 
-    path = out_dir / "table.csv"
-    with path.open("w", newline="", encoding="utf-8") as fh:
+    def write_csv(fh) -> None:
         w = csv.writer(fh)
         w.writerow(header)
         for r in rows:
@@ -155,4 +155,6 @@ def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tu
                 line += [num(m), num(ci), n]
             line += [num(r["gain"].get(k)) for k in gain_keys]
             w.writerow(line)
+
+    path = atomic_write(out_dir / "table.csv", write_csv, newline="")
     return md, path

@@ -20,6 +20,7 @@ import numpy as np
 
 from gdro.report import paper_table
 from gdro.report.runs import SweepRun, _groups
+from gdro.run.ioerrors import atomic_write_text
 
 EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
 
@@ -62,9 +63,8 @@ def write_table1(runs: list[SweepRun], out: Path) -> Path | None:
     out.mkdir(parents=True, exist_ok=True)
     path = out / "table1.md"
     size = paper_size(runs)
-    path.write_text("Table 1 layout (gdro-eval of each run's final checkpoint, mean over seeds); the paper's rows "
-                    f"({size}-Base, as published) for reference.\n\n" + paper_table.markdown(rows, paper=size),
-                    encoding="utf-8")
+    atomic_write_text(path, "Table 1 layout (gdro-eval of each run's final checkpoint, mean over seeds); the paper's "
+                      f"rows ({size}-Base, as published) for reference.\n\n" + paper_table.markdown(rows, paper=size))
     return path
 
 

@@ -137,6 +137,7 @@ class Lifecycle:
     config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
     stop: StopRequest | None = None
     _began: bool = field(default=False, init=False, repr=False)  # this attempt has changed the run dir (fit)
+    _last_step: int | None = field(default=None, init=False, repr=False)  # the last step logged (or begun at)
     _bar: Any = field(default=None, init=False, repr=False)  # the progress bar over the steps (steps)
     _shown: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # the last evaluation, on the bar
 
@@ -148,7 +149,7 @@ class Lifecycle:
         ``completed``), then ``completed``, ``interrupted`` (a signal: the checkpoint was saved; or a second Ctrl-C:
         stopped at once) or ``failed`` (with the error). A record the disk cannot take is left to the next start.
         """
-        self._began = False
+        self._began, self._last_step = False, None
         try:
             rows = self._fit(trainer)
         except Interrupted as stop:
@@ -210,13 +211,17 @@ class Lifecycle:
     def log(self, row: dict[str, Any]) -> dict[str, Any]:
         check_held(self.dir)
         row = self.logger.log(row)
+        self._last_step = int(row["step"])  # in metrics.jsonl now: how this attempt ended records it (_mark)
         self._shown = _eval_postfix(row) or self._shown
         return row
 
     def _begin(self, step: int) -> None:
         """This attempt is about to change the run dir: run.json says ``running`` from here on (and holds what an
         earlier attempt left in the lock because its disk was full)."""
-        if self.record is not None and not self._began:
+        if self._began:
+            return
+        self._last_step = step
+        if self.record is not None:
             check_held(self.dir)  # (each write to the run dir first checks that it is still ours: gdro.run.lock)
             self.record.begin(last_step=step)
             lock = held(self.dir)
@@ -225,11 +230,14 @@ class Lifecycle:
         self._began = True
 
     def _mark(self, **fields: Any) -> None:
-        """Record how this attempt ended, if it began. A full disk: the fields wait in the run dir's lock (written
-        in place), and the next start records them. Nothing if another process took the run dir over."""
+        """Record how this attempt ended, if it began, with its ``last_step``: the last step logged (run.json's is
+        otherwise current only at each checkpoint). A full disk: the fields wait in the run dir's lock (written in
+        place), and the next start records them. Nothing if another process took the run dir over."""
         lock = held(self.dir)
         if self.record is None or not self._began or (lock is not None and lock.lost):
             return
+        if self._last_step is not None:
+            fields = {"last_step": self._last_step, **fields}
         try:
             self.record.update(**fields)
         except OSError as err:

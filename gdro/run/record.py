@@ -243,8 +243,27 @@ def _previous_end(old: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     lock = held(run_dir)
     if lock is not None and lock.deferred:
         return {**lock.deferred, "recorded": "at the next start: run.json could not be written"}
-    return {"status": "unrecorded", "last_step": old.get("last_step"),
+    return {"status": "unrecorded", "last_step": _last_logged_step(run_dir, old.get("last_step")),
             "error": "the process ended without recording it (killed: SIGKILL, out of memory, a node failure)"}
+
+
+def _last_logged_step(run_dir: Path, default: Any, tail_bytes: int = 1 << 20) -> Any:
+    """The step of the last whole row of ``run_dir``'s metrics.jsonl (read from its last ``tail_bytes``), as a run
+    that ended records it; ``default`` (run.json's, current at each checkpoint) when there is none."""
+    try:
+        with open(run_dir / "metrics.jsonl", "rb") as fh:
+            fh.seek(max(0, fh.seek(0, 2) - tail_bytes))
+            lines = fh.read().splitlines()
+    except OSError:
+        return default
+    for line in reversed(lines):
+        try:
+            step = json.loads(line)["step"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a row cut by the kill, or the part of one before the window
+        if isinstance(step, int) and not isinstance(step, bool):
+            return step
+    return default
 
 
 def _run_record(run_dir: Path, meta: dict[str, Any], from_step: int | None) -> RunRecord:
