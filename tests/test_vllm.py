@@ -156,7 +156,7 @@ def test_the_engine_importance_weight_reads_vllms_logprobs(engine, policy):
     from gdro.loss import GRPOLoss
     from gdro.policy import Forward, OptimConfig, ppo_update
 
-    model, tok = policy
+    model = policy[0]
     stale = copy.deepcopy(model)
     with torch.no_grad():
         emb = stale.get_input_embeddings().weight
