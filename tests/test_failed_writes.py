@@ -31,7 +31,8 @@ ARGS = ["logger=jsonl", "prompts_per_step=8", "rollouts_per_prompt=4", "progress
 
 # Injected into the child: fill the disk (FULL) or make metrics.jsonl immutable (IMMUTABLE) just before the row
 # of step N is appended, or fill the disk but for 256 KiB just before the final save (FINAL: room for the final
-# policy's config.json, not for its weights). Then the real gdro-train goes on.
+# policy's config.json, not for its weights), or take the config.json out of a final save that ended (NOCONFIG).
+# Then the real gdro-train goes on.
 BREAK_A_WRITE = """
 import os, subprocess, sys
 from pathlib import Path
@@ -58,7 +59,9 @@ def broken_log(self, row):
 def broken_save(self, path):
     if how == "FINAL":
         fill(Path(path).parent / "ballast", spare=256 << 10)
-    return save(self, path)
+    save(self, path)
+    if how == "NOCONFIG":  # a save that ends without its config (seen once on a GPU, cause unknown: docs/gpu.md)
+        (Path(path) / "config.json").unlink()
 tk.RunLogger.log, tr.Trainer.save = broken_log, broken_save
 from gdro.cli import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
@@ -198,3 +201,22 @@ def test_a_full_disk_in_the_final_save_is_one_line_naming_the_weights_file(tmp_p
     record = res["run.json"]  # removing the partial save freed room: the failure is recorded
     assert record["status"] == "failed" and "No space left on device" in record["error"]
     assert "model.safetensors" in record["error"]
+
+
+@pytest.mark.slow
+def test_a_final_save_that_ends_without_its_config_is_one_line_and_puts_nothing_in_place(tmp_path):
+    """Issue #39 item 8: a final policy dir once held no ``config.json`` while the run ended status 0 (a GPU
+    rehearsal, cause unknown). Whatever the cause, the save checks what it wrote before the rename: one line naming
+    the dir and the missing part, status 74, no ``checkpoint/``, the run marked failed. It was rc 0 and a
+    ``checkpoint/`` without config."""
+    run_dir = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-c", BREAK_A_WRITE, "NOCONFIG", "0", *ARGS, "steps=1", "save_final=true",
+                          f"hydra.run.dir={run_dir}"], cwd=REPO, env=_env(), capture_output=True, text=True,
+                         timeout=600, check=False)
+    assert out.returncode == EXIT_IO_ERROR, out.stderr[-3000:]
+    lines = _lines(out.stderr)
+    assert lines == [f"error: the final save ended without its config.json; nothing was put in place (EIO): "
+                     f"{run_dir / 'checkpoint'}"], lines
+    assert not (run_dir / "checkpoint").exists() and not list(run_dir.glob(".tmp-checkpoint-*"))
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and "config.json" in record["error"]

@@ -23,8 +23,7 @@ def model_dir_problem(path: str | Path) -> str | None:
     if not path.is_dir():
         return None
     names = {p.name for p in path.iterdir()}
-    missing = [what for what, files in (("config.json", ("config.json",)), ("weights", WEIGHT_FILES),
-                                        ("tokenizer", TOKENIZER_FILES)) if not names & set(files)]
+    missing = missing_parts(path)
     if "run.json" in names:
         return f"{str(path)!r} is a gdro run dir; its final policy is {str(path / 'checkpoint')!r}"
     if len(missing) == 3:
@@ -33,6 +32,13 @@ def model_dir_problem(path: str | Path) -> str | None:
         return (f"{str(path)!r} is not a complete model directory: no {' and no '.join(missing)} (a save cut short? "
                 "rerunning the gdro-train command that wrote it finishes it)")
     return config_problem(path) or weights_problem(path)
+
+
+def missing_parts(path: str | Path) -> list[str]:
+    """The parts of a HF model dir that ``path`` lacks: ``config.json``, ``weights``, ``tokenizer`` (none: all there)."""
+    names = {p.name for p in Path(path).iterdir()}
+    return [what for what, files in (("config.json", ("config.json",)), ("weights", WEIGHT_FILES),
+                                     ("tokenizer", TOKENIZER_FILES)) if not names & set(files)]
 
 
 def config_problem(path: Path) -> str | None:

@@ -23,6 +23,7 @@ No Hydra here: the composition root (gdro.build) hands in plain values.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import signal
@@ -38,6 +39,7 @@ from tqdm.auto import tqdm
 
 from gdro.distributed import Dist
 from gdro.interfaces import MetricLogger
+from gdro.models.dir_checks import missing_parts
 from gdro.run import checkpoint as ckpt_files  # ckpt_files.save_checkpoint: looked up at each write
 from gdro.run.checkpoint import (
     CKPT_ROOT,
@@ -292,6 +294,10 @@ class Lifecycle:
         with atomic_dir(final) as tmp:
             with named_io(tmp), named_weights_io(tmp):  # a full disk in the weights: a SafetensorError
                 trainer.save(tmp)
+            missing = missing_parts(tmp)  # a save that ended without a part is an error, never a silent loss
+            if missing:
+                raise OSError(errno.EIO, f"the final save ended without its {' and '.join(missing)}; nothing was "
+                                         "put in place", str(final))
             check_held(self.dir)  # again before it is put in place: the weights may take minutes
             with named_io(tmp / FINAL_MARKER):
                 (tmp / FINAL_MARKER).write_text(json.dumps({"step": self.settings.steps}), encoding="utf-8")
