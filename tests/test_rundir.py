@@ -158,8 +158,8 @@ def test_a_lock_removed_under_its_live_holder_is_re_created_and_a_second_start_s
     """#28 B9: ``rm gdro.lock`` under a live run, then a start at once. The holder (in a long step: only its
     heartbeat thread checks) re-creates and locks it again within a second; the start, finding it missing in a dir
     that holds a run, waits for that, and is refused naming the holder."""
-    (tmp_path / "run.json").write_text('{"status": "running"}')
     proc = _holder(tmp_path, 60, "busy", script=RUN_LIKE)
+    (tmp_path / "run.json").write_text('{"status": "running"}')  # as a run writes it: once it holds the lock
     try:
         (tmp_path / LOCK_NAME).unlink()
         with pytest.raises(RunDirLocked, match=f"held by pid {proc.pid} on host "):
@@ -176,8 +176,8 @@ def test_a_holder_whose_removed_lock_another_took_stops_before_its_next_write(tm
     """#28 B9, when the holder cannot re-create it in time (frozen: SIGSTOP, swapping, a hung filesystem): the start
     takes the dir after its wait; the holder, resumed, finds the new gdro.lock held by another process and stops
     before its next write in one line, writing nothing, not even into the new gdro.lock."""
-    (tmp_path / "run.json").write_text('{"status": "running"}')
     proc = _holder(tmp_path, 60, "checks", script=RUN_LIKE)
+    (tmp_path / "run.json").write_text('{"status": "running"}')  # as a run writes it: once it holds the lock
     try:
         proc.send_signal(signal.SIGSTOP)
         (tmp_path / LOCK_NAME).unlink()

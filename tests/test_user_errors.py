@@ -15,6 +15,7 @@ from gdro import cli, report
 from gdro.build import build_training
 from gdro.evaluation import evaluator
 from gdro.models.source import TINY_DIR
+from gdro.run.lock import RunDirLock, hold
 from tests.conftest import FAST, compose_cfg
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -99,14 +100,18 @@ def test_the_benchmarks_list_form_its_error_suggests_works(tmp_path, monkeypatch
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> tuple[Path, list[str]]:
-    """A completed 2-step run (with its final policy) and the overrides that made it."""
+    """A completed 2-step run (with its final policy) and the overrides that made it. It ran under the run dir's
+    lock, as gdro-train runs it: its released ``gdro.lock`` stays in the dir (a run dir without one is another case,
+    where a start first waits for a live holder to re-create it: the last test of this module)."""
     run_dir = tmp_path_factory.mktemp("finished")
     overrides = [*FAST, "checkpoint.every=1", "save_final=true"]
-    training = build_training(compose_cfg(overrides), run_dir)
-    try:
-        training.fit()
-    finally:
-        training.logger.close()
+    with hold(run_dir):
+        training = build_training(compose_cfg(overrides), run_dir)
+        try:
+            training.fit()
+        finally:
+            training.logger.close()
+    assert (run_dir / "gdro.lock").is_file()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "completed"
     return run_dir, overrides
 
@@ -181,8 +186,11 @@ def test_a_second_command_in_the_process_does_not_log_into_the_first_runs_file(t
     """Hydra leaves its job's log file handler (``<run dir>/cli.log``, opened at the first line) on the root logger;
     gdro-train detaches it when it ends, so that a second command in the same process (a notebook, a test) neither
     writes its first lines into the first run's log nor fails on them once that run dir has been removed."""
+    import functools
     import logging
 
+    # the lock's wait for a live holder to re-create a removed gdro.lock: shorter than its 5 s (what it logs is tested)
+    monkeypatch.setattr(RunDirLock, "__init__", functools.partialmethod(RunDirLock.__init__, claim_grace_s=0.5))
     first, second = tmp_path / "first", tmp_path / "second"
     code, lines = _main(cli.train, ["gdro-train", *FAST, f"hydra.run.dir={first}"], monkeypatch, capsys)
     assert code in (0, None) and (first / "cli.log").is_file(), lines
