@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Self
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = "experiment=paper,paper-prompt-gdro,paper-rollout-gdro"
@@ -55,7 +56,7 @@ class PeakMemory:
         self.root, self.every, self.peaks, self._stop = root, every, {}, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> PeakMemory:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -133,11 +134,11 @@ def phase_checks(args, out: Path) -> list[str]:
     for name, p in (("DAPO", dapo[0]), ("MATH-500", math[0])):
         text = format_prompt(tok, p.prompt, True)
         ids = tok(text, add_special_tokens=False)["input_ids"]
-        lines += [f"- {name} prompt `{p.uid}`: {len(ids)} tokens, first ids {ids[:3]} (`<|im_start|>`=151644), "
-                  f"last ids {ids[-3:]}; the text fed to the model:", "", "```", text, "```", ""]
+        lines += [(f"- {name} prompt `{p.uid}`: {len(ids)} tokens, first ids {ids[:3]} (`<|im_start|>`=151644), "
+                   f"last ids {ids[-3:]}; the text fed to the model:"), "", "```", text, "```", ""]
     for name, probs in (("DAPO sample", dapo), ("MATH-500", math)):
         for limit in (3200, 256):
-            kept, dropped = drop_long_prompts(probs, tok, max_prompt_len=limit, use_chat_template=True)
+            _, dropped = drop_long_prompts(probs, tok, max_prompt_len=limit, use_chat_template=True)
             lines.append(f"- {name}: max_prompt_len={limit} drops {dropped} of {len(probs)} prompts")
     model, tok = load_model(spec, tokenizer=tok)
     reward = MathVerifyReward()

@@ -147,7 +147,7 @@ def test_the_one_process_strategy_does_nothing():
     ids, bins, n = np.array([5, 6, 7]), np.array([0, 1, 0]), np.array([4, 4, 4])
     assert d.shard_order(ids, bins, n)[3] == [0, 3]  # one shard: the order as sampled
     two = Dist(shards=2)  # one process sampling in 2 shards, as 2 processes would
-    ids2, _, n2, bounds = two.shard_order(ids, bins, np.array([2, 8, 2]))
+    ids2, _, _, bounds = two.shard_order(ids, bins, np.array([2, 8, 2]))
     assert sorted(ids2.tolist()) == [5, 6, 7] and bounds[-1] == 3 and two.my_shards() == [0, 1]
     with pytest.raises(ValueError, match="written by 2 process"):
         d.check_resume(2, "ckpt")

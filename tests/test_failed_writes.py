@@ -215,8 +215,8 @@ def test_a_final_save_that_ends_without_its_config_is_one_line_and_puts_nothing_
                          timeout=600, check=False)
     assert out.returncode == EXIT_IO_ERROR, out.stderr[-3000:]
     lines = _lines(out.stderr)
-    assert lines == [f"error: the final save ended without its config.json; nothing was put in place (EIO): "
-                     f"{run_dir / 'checkpoint'}"], lines
+    assert lines == [(f"error: the final save ended without its config.json; nothing was put in place (EIO): "
+                      f"{run_dir / 'checkpoint'}")], lines
     assert not (run_dir / "checkpoint").exists() and not list(run_dir.glob(".tmp-checkpoint-*"))
     record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "failed" and "config.json" in record["error"]

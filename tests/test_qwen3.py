@@ -10,13 +10,13 @@ from gdro.models.qwen3 import ADDED_TOKENS, VOCAB_ROWS, build_tokenizer
 # The three sequences of transformers' Qwen2 tokenizer integration test (tests/models/qwen2/
 # test_tokenization_qwen2.py, test_tokenizer_integration) and the ids the real Qwen tokenizer gives them there.
 SEQUENCES = [
-    "Transformers (formerly known as pytorch-transformers and pytorch-pretrained-bert) provides "
-    "general-purpose architectures (BERT, GPT-2, RoBERTa, XLM, DistilBert, XLNet...) for Natural "
-    "Language Understanding (NLU) and Natural Language Generation (NLG) with over 32+ pretrained "
-    "models in 100+ languages and deep interoperability between Jax, PyTorch and TensorFlow.",
+    ("Transformers (formerly known as pytorch-transformers and pytorch-pretrained-bert) provides "
+     "general-purpose architectures (BERT, GPT-2, RoBERTa, XLM, DistilBert, XLNet...) for Natural "
+     "Language Understanding (NLU) and Natural Language Generation (NLG) with over 32+ pretrained "
+     "models in 100+ languages and deep interoperability between Jax, PyTorch and TensorFlow."),
     "🤗 Transformers 提供了可以轻松地下载并且训练先进的预训练模型的 API 和工具。使用预训练模型可以减少计算消耗和碳排放，并且节省从头训练所需要的时间和资源。",
-    """```python\ntokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen-tokenizer")\n"""
-    """tokenizer("世界，你好！")```""",
+    ("""```python\ntokenizer = AutoTokenizer.from_pretrained("Qwen/Qwen-tokenizer")\n"""
+     """tokenizer("世界，你好！")```"""),
 ]
 EXPECTED = [
     [8963, 388, 320, 69514, 3881, 438, 4510, 27414, 32852, 388, 323, 4510, 27414, 21334, 35722, 1455, 529, 8, 5707,

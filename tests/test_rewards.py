@@ -458,8 +458,8 @@ def test_several_boxes_training_reads_the_last_evaluation_may_join_them():
     extraction joins them, in evaluation only, and only for a gold of several items."""
     gold = "(2,2),(6,2)"
     texts = [SEVERAL, "So \\boxed{(2,2)}, \\boxed{(6,2)}", "\\boxed{(2,2)}\n\\boxed{(6,2)}", "$\\boxed{(6,2)}$ or $\\boxed{(2,2)}$",
-             "$\\boxed{(2,2)}$ and $\\boxed{(6,3)}$", "\\boxed{(6,2)}", "\\boxed{(2,2)} is one; the long check shows nothing "
-             "more, and the other one we found is \\boxed{(6,2)}", "$\\boxed{(2,2)}$ and $\\boxed{(6,2)}$ and $\\boxed{(9,9)}$"]
+             "$\\boxed{(2,2)}$ and $\\boxed{(6,3)}$", "\\boxed{(6,2)}", ("\\boxed{(2,2)} is one; the long check shows nothing "
+             "more, and the other one we found is \\boxed{(6,2)}"), "$\\boxed{(2,2)}$ and $\\boxed{(6,2)}$ and $\\boxed{(9,9)}$"]
     joined = [True, True, True, True, False, False, False, False]
     default = MathVerifyReward()
     for r in (default, default.for_eval(), MathVerifyReward(eval_boxes="join")):
@@ -694,8 +694,7 @@ def test_deadline_counts_cpu_time_not_wall_time():
     with deadline(0.05):
         time.sleep(0.3)  # six deadlines of wall time, almost no CPU time
     start = time.thread_time()
-    with pytest.raises(Deadline):
-        with deadline(0.05):
-            while time.thread_time() - start < 10.0:
-                pass
+    with pytest.raises(Deadline), deadline(0.05):
+        while time.thread_time() - start < 10.0:
+            pass
     assert time.thread_time() - start < 5.0

@@ -38,8 +38,8 @@ def _update(model, tok, roll, adv, cfg, loss):  # noqa: F811
 
 
 def _close(a: dict, b: dict, atol: float = 1e-7) -> None:
-    for k in a:
-        torch.testing.assert_close(a[k], b[k], rtol=RTOL, atol=atol)
+    for k, value in a.items():
+        torch.testing.assert_close(value, b[k], rtol=RTOL, atol=atol)
 
 
 def _subset(roll, rows):  # noqa: F811
