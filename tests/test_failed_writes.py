@@ -38,17 +38,8 @@ import os, subprocess, sys
 from pathlib import Path
 import gdro.run.tracking as tk
 import gdro.trainer as tr
+from tests.fill_disk import fill
 how, at = sys.argv.pop(1), int(sys.argv.pop(1))
-def fill(ballast, spare=0):
-    fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-    for size in (1 << 20, 4096, 1):
-        try:
-            while True:
-                os.write(fd, b"x" * size)
-        except OSError:
-            pass
-    os.ftruncate(fd, os.fstat(fd).st_size - spare)
-    os.close(fd)
 log, save = tk.RunLogger.log, tr.Trainer.save
 def broken_log(self, row):
     if how == "FULL" and row["step"] == at:

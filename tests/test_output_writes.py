@@ -45,15 +45,8 @@ for rel, text in files.items():
     (mnt / rel).parent.mkdir(parents=True, exist_ok=True)
     (mnt / rel).write_text(text)
 if how.startswith("full"):
-    fd = os.open(mnt / "ballast", os.O_WRONLY | os.O_CREAT)
-    for chunk in (1 << 20, 4096, 1):
-        try:
-            while True:
-                os.write(fd, b"x" * chunk)
-        except OSError:
-            pass
-    os.ftruncate(fd, max(0, os.fstat(fd).st_size - int(how.partition(":")[2] or 0)))
-    os.close(fd)
+    from tests.fill_disk import fill
+    fill(mnt / "ballast", int(how.partition(":")[2] or 0))
 elif how == "read-only":
     subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
 done = subprocess.run(argv, capture_output=True, text=True, timeout=600)

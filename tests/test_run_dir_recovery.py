@@ -79,20 +79,14 @@ for name, argv in (("full", [sys.executable, "-c", fill, str(mnt / "ballast"), *
 out.write_text(json.dumps(res))
 """
 FILL_BEFORE_STEP = """
-import os, sys
+import sys
 import gdro.trainer as tr
+from tests.fill_disk import fill
 ballast = sys.argv.pop(1)
 step_ = tr.Trainer._step
 def fill_then_step(self, step, st):
     if step == 2:
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-        for size in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    os.write(fd, b"x" * size)
-            except OSError:
-                pass
-        os.close(fd)
+        fill(ballast)
     return step_(self, step, st)
 tr.Trainer._step = fill_then_step
 from gdro.cli import train

@@ -295,20 +295,14 @@ run("ro_fresh", [*cmd, f"hydra.run.dir={mnt.parent}/ro/new"])
 run("ro_finished", [*cmd, "steps=7", f"hydra.run.dir={mnt.parent}/ro/done"])
 """
 FILL_BEFORE_STEP_2 = """
-import os, sys
+import sys
 import gdro.run.checkpoint as checkpoint
+from tests.fill_disk import fill
 ballast = sys.argv.pop(1)
 save = checkpoint.save_checkpoint
 def fill_then_save(run_dir, step, *a, **k):
     if step == 2:
-        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT)
-        for size in (1 << 20, 4096, 1):
-            try:
-                while True:
-                    os.write(fd, b"x" * size)
-            except OSError:
-                pass
-        os.close(fd)
+        fill(ballast)
     return save(run_dir, step, *a, **k)
 checkpoint.save_checkpoint = fill_then_save
 from gdro.cli import train
