@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from gdro.run.checkpoint import list_checkpoints
 from gdro.run.migrations import MIGRATIONS, OLDEST_RESUMABLE, SCHEMA, renamed_target
 from gdro.run.record import config_differences
 from gdro.run.tracking import read_metrics
+from tests.conftest import compose_cfg
 from tests.test_resume import REPO, _env
 
 RENAMED_TARGETS = {m.old: m.new for m in migrations.applying(0, "target")}
@@ -130,12 +132,14 @@ def test_a_checkpoint_from_before_the_layout_resumes(tmp_path):
 def test_the_table_holds_only_what_a_resumable_schema_needs():
     """Entries under schema s serve checkpoints of schema <= s: s is one this gdro resumes and no longer writes."""
     assert MIGRATIONS and all(OLDEST_RESUMABLE <= s < SCHEMA for s in MIGRATIONS)
-    assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group"}
+    assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group", "inert"}
     # a checkpoint of the current schema holds today's names: nothing is read otherwise
     assert renamed_target("gdro.loss.LossConfig", SCHEMA) == "gdro.loss.LossConfig"
     assert migrations.added_group("filter._target_", SCHEMA) is None
     assert renamed_target("gdro.loss.LossConfig", 0) == "gdro.loss.grpo.GRPOLoss"
     assert migrations.added_group("filter._target_", 0) == "gdro.filters.NoFilter"
+    assert migrations.inert_switch("reward.overlong_max_tokens", SCHEMA) is None
+    assert migrations.inert_switch("reward.overlong_max_tokens", 0) == "reward.overlong_buffer"
 
 
 def test_each_checkpoint_records_its_schema_and_a_newer_one_is_refused_in_one_line(tmp_path):
@@ -156,3 +160,55 @@ def test_each_checkpoint_records_its_schema_and_a_newer_one_is_refused_in_one_li
                                           rf"reads up to {SCHEMA}\): upgrade gdro to resume it") as err:
         build_training(compose_cfg([*FAST, "steps=2", "checkpoint.every=1", "eval.at_start=false"]), tmp_path)
     assert "\n" not in str(err.value)
+
+
+# What gdro wrote before checkpoint schemas (schema 0), as it wrote it: the meta.json of a real experiment=smoke
+# checkpoint and the resolved configs of six more commands, from gdro 1ce88b4 (tests/fixtures/checkpoints/schema0.json)
+SCHEMA0 = json.loads((Path(__file__).parent / "fixtures" / "checkpoints" / "schema0.json").read_text())
+
+
+def _resolved(overrides: str) -> dict:
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(compose_cfg(overrides.split()), resolve=True)
+
+
+@pytest.mark.parametrize("overrides", sorted(SCHEMA0["configs"]))
+def test_a_config_gdro_wrote_before_schemas_is_no_difference_today(overrides):
+    """Every key added since (the TRL options, the reward's shaping) is at its old behaviour: nothing refuses."""
+    old = SCHEMA0["configs"][overrides]
+    assert "schema" not in SCHEMA0["smoke_meta"] and "reward" in old
+    assert config_differences(old, _resolved(overrides), schema=0) == []
+
+
+def test_the_overlong_limit_an_old_config_lacks_is_forgiven_only_while_the_punishment_is_off():
+    """reward.overlong_max_tokens defaults to ${model.max_new_tokens} (no component default): the migration table
+    forgives it while reward.overlong_buffer is 0 (nothing reads it), for schema-0 checkpoints only."""
+    old = SCHEMA0["smoke_meta"]["config"]
+    assert "overlong_max_tokens" not in old["reward"]
+    on = _resolved("experiment=smoke progress=false reward.overlong_buffer=4")
+    assert config_differences(old, on, schema=0) == ["reward.overlong_buffer: <absent> -> 4",
+                                                     "reward.overlong_max_tokens: <absent> -> 16"]
+    off = _resolved("experiment=smoke progress=false")
+    assert config_differences(old, off, schema=SCHEMA) == ["reward.overlong_max_tokens: <absent> -> 16"]
+    old_limit = json.loads(json.dumps(old))
+    old_limit["reward"]["overlong_max_tokens"] = 8  # a key the old config holds is always compared
+    assert config_differences(old_limit, off, schema=0) == ["reward.overlong_max_tokens: 8 -> 16"]
+
+
+@pytest.mark.slow
+def test_a_checkpoint_gdro_wrote_before_schemas_resumes(tmp_path):
+    """A checkpoint whose meta.json holds just the keys gdro 1ce88b4 wrote (each added since removed) resumes."""
+    old = SCHEMA0["smoke_meta"]["config"]
+
+    def rewrite(config, old=old):
+        removed = 0
+        for key in list(config):
+            if key not in old:
+                del config[key]
+                removed += 1
+            elif isinstance(config[key], dict):
+                removed += rewrite(config[key], old[key])
+        return removed
+
+    _resume_after(tmp_path, lambda config: rewrite(config) or pytest.fail("no key added since 1ce88b4?"))

@@ -3,7 +3,9 @@
 Every checkpoint's ``meta.json`` records the schema of the gdro that wrote it (``"schema"``; absent: 0, every
 checkpoint written before the schema existed). :data:`MIGRATIONS` maps a schema to what checkpoints of that schema
 (or lower) may hold: a component class renamed (``target``), a module moved with its classes (``module``), a config
-group added since whose given option behaves as gdro did before it (``group``). A resume reads the old config
+group added since whose given option behaves as gdro did before it (``group``), a key added since that nothing reads
+while its switch, added with it, is at its default (``inert``: a default interpolated from another key, like
+``reward.overlong_max_tokens: ${model.max_new_tokens}``, is no component default). A resume reads the old config
 through them (gdro.run.record.config_differences), so such a checkpoint continues, and nothing else is forgiven.
 
 **When an entry can go:** the entries under schema ``s`` are needed while gdro resumes checkpoints of schema ``s``.
@@ -22,7 +24,8 @@ OLDEST_RESUMABLE = 0  # the oldest schema a resume accepts; lower ones are refus
 
 @dataclass(frozen=True)
 class Migration:
-    """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group)."""
+    """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group), or, for
+    ``inert``, the key ``old`` is unread while the key ``new`` is at its default."""
 
     kind: str
     old: str
@@ -48,6 +51,8 @@ MIGRATIONS: dict[int, tuple[Migration, ...]] = {
         *(Migration("module", old, new, "#29: the package layout") for old, new in _MOVED.items()),
         Migration("group", "filter._target_", "gdro.filters.NoFilter", "#31: filter=none is the old behaviour"),
         Migration("group", "skip._target_", "gdro.controllers.skip.NoSkip", "#31: skip=none is the old behaviour"),
+        Migration("inert", "reward.overlong_max_tokens", "reward.overlong_buffer",
+                  "#37: DAPO's overlong punishment reads its L_max only with overlong_buffer > 0 (0: off, as before)"),
     ),
 }
 
@@ -90,3 +95,9 @@ def renamed_target(target: Any, schema: int = 0) -> Any:
 def added_group(key: str, schema: int = 0) -> str | None:
     """For a config key an old checkpoint lacks (``filter._target_``): the value that behaves as before, if any."""
     return next((m.new for m in applying(schema, "group") if m.old == key), None)
+
+
+def inert_switch(key: str, schema: int = 0) -> str | None:
+    """For a config key an old checkpoint lacks (``reward.overlong_max_tokens``): the key whose default leaves it
+    unread (``reward.overlong_buffer``), if any."""
+    return next((m.new for m in applying(schema, "inert") if m.old == key), None)

@@ -30,7 +30,7 @@ from gdro.run.checkpoint import (
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
-from gdro.run.migrations import added_group, check_schema, renamed_target, schema_of
+from gdro.run.migrations import added_group, check_schema, inert_switch, renamed_target, schema_of
 from gdro.run.samples import SAMPLES_DIR
 from gdro.run.settings import RunSettings
 from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
@@ -89,8 +89,8 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
 
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
     is its component's default (:func:`_is_default`), i.e. the old behaviour, nor a group added since whose option is
-    the old behaviour; nor is a ``_target_`` gdro renamed or moved since. The last two for a checkpoint of
-    ``schema`` (gdro.run.migrations: one table of what old checkpoints may hold).
+    the old behaviour, nor a key nothing reads while its switch is at its default; nor is a ``_target_`` gdro renamed
+    or moved since. The last three for a checkpoint of ``schema`` (gdro.run.migrations: one table of what old checkpoints may hold).
     """
     a, b = _flatten(old), _flatten(new)
     a = {k: renamed_target(v, schema) if k.endswith("._target_") else v for k, v in a.items()}
@@ -104,11 +104,17 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
         if key in ignore:
             continue
         va, vb = a.get(key, missing), b.get(key, missing)
-        if va is missing and vb is not missing and (_is_default(new, key, vb) or added_group(key, schema) == vb):
+        if va is missing and vb is not missing and (_is_default(new, key, vb) or added_group(key, schema) == vb
+                                                    or _unread(new, inert_switch(key, schema), b)):
             continue
         if va != vb:
             diffs.append(f"{key}: {fmt(va)} -> {fmt(vb)}")
     return diffs
+
+
+def _unread(config: Mapping[str, Any], switch: str | None, flat: Mapping[str, Any]) -> bool:
+    """Whether a key whose migration names ``switch`` is unread in ``config``: its switch holds its default."""
+    return switch is not None and switch in flat and _is_default(config, switch, flat[switch])
 
 
 def _is_default(config: Mapping[str, Any], key: str, value: Any) -> bool:
