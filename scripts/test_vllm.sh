@@ -60,7 +60,7 @@ echo "[test_vllm] environment ready in $(( $(date +%s) - t0 )) s"
 
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
-"$PY" -m pytest tests/test_vllm.py -q --timeout=1800 "$@"  # the 20-step vLLM-vs-HF test takes 5-9 min on 2 busy cores
+"$PY" -m pytest tests/test_vllm.py --timeout=1800 "$@"  # the 20-step vLLM-vs-HF test takes 5-9 min on 2 busy cores
 if [ "$#" -eq 0 ]; then  # the rehearsal's vLLM part: training the three paper presets with vLLM in 1 and 2 processes
   "$PY" scripts/rehearse_paper.py --engines vllm --procs 1,2 --steps 1 --no-eval --vllm-python "$PY" \
     --out outputs/rehearsal/ci-vllm
