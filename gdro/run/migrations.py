@@ -92,12 +92,16 @@ def renamed_target(target: Any, schema: int = 0) -> Any:
     return target
 
 
+def _new_for(kind: str, key: str, schema: int) -> str | None:
+    return next((m.new for m in applying(schema, kind) if m.old == key), None)
+
+
 def added_group(key: str, schema: int = 0) -> str | None:
     """For a config key an old checkpoint lacks (``filter._target_``): the value that behaves as before, if any."""
-    return next((m.new for m in applying(schema, "group") if m.old == key), None)
+    return _new_for("group", key, schema)
 
 
 def inert_switch(key: str, schema: int = 0) -> str | None:
     """For a config key an old checkpoint lacks (``reward.overlong_max_tokens``): the key whose default leaves it
     unread (``reward.overlong_buffer``), if any."""
-    return next((m.new for m in applying(schema, "inert") if m.old == key), None)
+    return _new_for("inert", key, schema)

@@ -90,7 +90,8 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
     is its component's default (:func:`_is_default`), i.e. the old behaviour, nor a group added since whose option is
     the old behaviour, nor a key nothing reads while its switch is at its default; nor is a ``_target_`` gdro renamed
-    or moved since. The last three for a checkpoint of ``schema`` (gdro.run.migrations: one table of what old checkpoints may hold).
+    or moved since. The last three for a checkpoint of ``schema`` (gdro.run.migrations: one table of what old
+    checkpoints may hold).
     """
     a, b = _flatten(old), _flatten(new)
     a = {k: renamed_target(v, schema) if k.endswith("._target_") else v for k, v in a.items()}
