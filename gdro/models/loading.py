@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from gdro import portable
 from gdro.models.dir_checks import (
     chat_template_problem,
     model_dir_problem,
@@ -177,9 +178,10 @@ def _kernel_kwargs(hub_kernels: bool) -> dict[str, bool]:
 
 def check_placement(threads: int | None, device: str) -> None:
     """The ``threads`` and ``device`` settings every entry point takes, checked one way: threads >= 1 or null, and
-    a device this machine has (:func:`resolve_device`). Raises ValueError (or TypeError) naming the key."""
+    a device this machine has (:func:`resolve_device`); under ``GDRO_PORTABLE=1``, 1 or null. Raises ValueError (or TypeError) naming the key."""
     if threads is not None and threads < 1:
         raise ValueError(f"threads must be >= 1 or null, got {threads}")
+    portable.check_threads(threads)  # GDRO_PORTABLE=1 runs one thread
     resolve_device(device)
 
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from gdro import portable
 from gdro.distributed import Dist, SilentLogger
 from gdro.interfaces import MetricLogger
 from gdro.run.checkpoint import (
@@ -158,14 +159,16 @@ def environment_versions() -> dict[str, str]:
 
 def machine() -> dict[str, str]:
     """The CPU a run computed on: its model name and the instruction set torch dispatches to (``AVX512``, ``AVX2``,
-    ...), both of which can change float results (and so a whole training curve) at a fixed seed."""
+    ...), both of which can change float results (and so a whole training curve) at a fixed seed; and whether the
+    portable CPU mode pinned the code paths (``GDRO_PORTABLE=1``, gdro/portable.py)."""
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), name)
     except OSError:
         pass
-    return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform()}
+    return {"cpu": name, "cpu_capability": torch.backends.cpu.get_cpu_capability(), "platform": platform.platform(),
+            **portable.describe()}
 
 
 def run_meta(resolved: dict[str, Any], choices: dict[str, str] | None, run: RunSettings, world: int,
