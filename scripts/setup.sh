@@ -15,7 +15,7 @@ if ! .venv/bin/python -c "import torch" >/dev/null 2>&1; then
     .venv/bin/python -m pip install -q ${TORCH_SPEC:-torch==2.13.0}
   fi
 fi
-if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest, xdist, nbclient, ipykernel" >/dev/null 2>&1 \
+if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest, xdist, nbclient, ipykernel, rliable, statsmodels, scipy" >/dev/null 2>&1 \
    || ! .venv/bin/gdro-eval --help >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q -e ".[dev]"
 fi

@@ -64,6 +64,6 @@ def test_threads_above_one_is_a_config_error(tmp_path):
                           env=_env(GDRO_PORTABLE="1"), cwd=REPO, check=False)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "config error: GDRO_PORTABLE=1 runs one thread (a reduction split over threads sums in another order); drop "
-        "threads= or set threads=1"]
+        ("config error: GDRO_PORTABLE=1 runs one thread (a reduction split over threads sums in another order); drop "
+        "threads= or set threads=1")]
     assert not (tmp_path / "run" / "metrics.jsonl").exists()

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from scipy import stats
 
 from gdro import report
 from gdro.report import aggregate, bin_sort_key, find_runs, main, make_figures, mean_ci, t975, write_table
@@ -80,9 +81,12 @@ def _row(rows, name):
     return next(r for r in rows if r["name"] == name)
 
 
-def test_t_table():
-    assert t975(1) == 12.706 and t975(2) == 4.303 and t975(30) == 2.042
-    assert t975(35) == 2.042 and t975(1000) == 1.96
+T2 = stats.t.ppf(0.975, 2)  # 4.3027: the 95% half-width factor of 3 seeds
+
+
+def test_t_quantiles_are_scipys():
+    assert t975(1) == stats.t.ppf(0.975, 1) and round(t975(2), 3) == 4.303 and round(t975(30), 3) == 2.042
+    assert t975(35) == stats.t.ppf(0.975, 35) and round(t975(1000), 3) == 1.962
     with pytest.raises(ValueError):
         t975(0)
 
@@ -101,11 +105,11 @@ def test_aggregate_means_ci_gain(sweep: Path):
     rows = aggregate(find_runs(sweep))
     assert [r["name"] for r in rows] == ["GRPO", "Prompt-GDRO", "Rollout-GDRO"]
     g, p, rg = (_row(rows, n) for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO"))
-    half = 4.303 * 2.0 / math.sqrt(3)  # s = 2 for (80, 82, 84); s = 1 for (85, 86, 87)
+    half = T2 * 2.0 / math.sqrt(3)  # s = 2 for (80, 82, 84); s = 1 for (85, 86, 87)
     m, ci, n = g["metrics"]["eval/mean@8"]
     assert (m, n) == (pytest.approx(82.0), 3) and ci == pytest.approx(half, abs=1e-9)
     m, ci, n = p["metrics"]["eval/mean@8"]
-    assert m == pytest.approx(86.0) and ci == pytest.approx(4.303 / math.sqrt(3))
+    assert m == pytest.approx(86.0) and ci == pytest.approx(T2 / math.sqrt(3))
     assert g["metrics"]["eval/pass@8"][0] == pytest.approx(87.0)
     assert p["metrics"]["eval/pass@8"][0] == pytest.approx(91.0)
     # per level
@@ -158,7 +162,7 @@ def test_write_table(sweep: Path, tmp_path: Path):
     for col in ("mean@8_mean", "mean@8_ci", "mean@8_n", "pass@8_mean", "pass@8/level_2_ci", "pass@8_gain_pct"):
         assert col in recs[0]
     assert float(recs[0]["mean@8_mean"]) == pytest.approx(82.0)
-    assert float(recs[0]["mean@8_ci"]) == pytest.approx(4.303 * 2 / math.sqrt(3))
+    assert float(recs[0]["mean@8_ci"]) == pytest.approx(T2 * 2 / math.sqrt(3))
     assert recs[2]["mean@8_ci"] == "" and recs[2]["mean@8_n"] == "1"
     assert float(recs[1]["pass@8_gain_pct"]) == pytest.approx(100 * 4 / 87)
 
@@ -218,7 +222,7 @@ def test_main_no_runs(tmp_path: Path, capsys):
 def test_mean_ci_small():
     assert mean_ci([])[2] == 0
     m, ci, n = mean_ci([1.0, 3.0])
-    assert (m, n) == (2.0, 2) and ci == pytest.approx(12.706 * math.sqrt(2) / math.sqrt(2))
+    assert (m, n) == (2.0, 2) and ci == pytest.approx(stats.t.ppf(0.975, 1) * math.sqrt(2) / math.sqrt(2))
     assert report.format_cell(2.0, math.nan, 1) == "2.0 (n=1)"
 
 
@@ -504,7 +508,12 @@ def test_main_writes_the_paired_table(sweep: Path, capsys):
     lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "recovery of the oracle's Δmean@8/levels_1-2" in lines["Method"]
     assert "steps to mean@8/levels_1-2 ≥ 66.0" in lines["Method"]
-    assert "| 3 | 86.0 ± 2.5 | 4.0 ± 2.5 |" in lines["Prompt-GDRO"] and "| 0.44 |" in lines["Prompt-GDRO"]
+    # Δmean@8's family: Prompt-GDRO (5, 4, 3: p 0.020) and the oracle (8, 6, 4: p 0.035), both rejected by Holm;
+    # Prompt-GDRO first, at level 1 - 0.05/2: t_{0.9875, 2} / sqrt(3) = 3.58; the oracle at 95%: 4.303 * 2 / sqrt(3)
+    assert "| 3 | 86.0 ± 2.5 | +4.0 ± 3.6 (p_H 0.04) |" in lines["Prompt-GDRO"] and "| 0.44 |" in lines["Prompt-GDRO"]
+    assert "| +6.0 ± 5.0 (p_H 0.04) |" in lines["Oracle: uniform over levels (control)"]
+    assert "| 1 | 90.0 (n=1) | +10.0 (n=1) |" in lines["Rollout-GDRO"]  # one pair: left out of the family
+    assert "Holm-adjusted over the 2 rows of each column" in text and "(--primary area) is in compute.md" in text
     assert "mean@8 learned (from step 0)" in lines["Method"]
     assert "| 0 (3/3) |" in lines["Prompt-GDRO"] and "| 0 (2/3) |" in lines["GRPO"]
     table = (root / "report" / "table.md").read_text()

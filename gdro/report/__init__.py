@@ -1,7 +1,8 @@
 """Sweep report: a results table (mean ± 95% CI over seeds) and diagnostic figures for a set of runs.
 
     gdro-report SWEEP_DIR [--out DIR] [--which final|best] [--include-incomplete] [--tail-levels 7-12]
-                [--axis tokens|steps] [--wandb]
+                [--axis tokens|steps] [--primary area|equal_tokens|equal_steps] [--wandb] [--summaries FILE]
+    gdro-report SUMMARIES.jsonl[.gz] [options]     # the same report from run summaries (no run dirs)
 
 Every directory under ``SWEEP_DIR`` holding both ``run.json`` and ``metrics.jsonl`` is a run. A run's method is
 ``"<sampler>+<allocator>"`` from the Hydra group choices in ``run.json`` (or, when those are absent, from the
@@ -16,13 +17,21 @@ malformed lines dropped), marked; dirs that cannot give a result (a corrupt ``ru
 ``metrics.jsonl``, or one holding two runs because a run dir was re-used: the step goes backwards) are always
 left out.
 
+Run summaries (gdro/report/summary.py): ``--summaries FILE`` also writes one JSON line per run pooled (completed
+runs, and the incomplete ones with ``--include-incomplete``) holding all the report reads from it (its method, seed,
+status, config, choices, overrides, commit, versions, machine and the metrics it reads), small enough to commit
+(``FILE.gz``: gzip'd). ``gdro-report FILE`` then writes the same tables and figures from the file alone (into
+``<FILE's dir>/report`` by default), without its list of run dirs left out; a corrupt line or a summary of another
+schema is one line naming the file and the line (status 2).
+
 Table: for each method, the final (or best) evaluation row's ``eval/...mean@k`` / ``eval/...pass@k`` metrics,
 overall and per level (``eval/mean@k/level_L``) or per benchmark (``eval/<bench>/pass@k``), as mean ± the
 Student-t 95% half-width over seeds, plus the relative pass@k gain of the method's mean over GRPO's mean
 (``100 * (m - m_GRPO) / m_GRPO``). Written as ``table.md`` and ``table.csv``.
 
 Paired table (``paired.md``, when GRPO and another method are present): per method, the difference to GRPO
-of each headline metric paired by seed (mean ± 95% CI over the seeds both have), the rollouts each run spent, and
+of each headline metric paired by seed (mean ± CI over the seeds both have and p_H, Holm-adjusted over the rows of
+each column; see *Statistics* below), the rollouts each run spent, and
 the batch's mean difficulty bin in the first and last quarter of the steps after the unseen phase. With
 ``--tail-levels 7-12`` the table gains ``eval/...@k/levels_7-12`` (the mean of those levels, the *hard tail*), and
 the paired table the recovery of the oracle control's tail gain (a method's mean Δ ÷ the oracle's) and the first
@@ -36,7 +45,15 @@ Compute table (``compute.md``, when GRPO and another method are present): each m
 generated tokens as well as at equal steps, the held-out curve (the tail mean@k with ``--tail-levels``, else the
 first overall mean@k) interpolated between evaluations: tokens (or steps, ``--axis steps``) to GRPO's final value,
 the area under the curve, and the value at equal tokens and at equal steps, paired by seed; its header names the
-axis (gdro/report/compute.py).
+axis (gdro/report/compute.py). ``--primary`` names the pre-registered primary endpoint among its last three columns
+(default ``area``), marked "primary" (the others "secondary"); beneath the table, on each run's own value of it, the
+IQM per method [95% stratified-bootstrap CI] and P(method > GRPO) [95% CI] (rliable).
+
+Statistics (gdro/report/stats.py): mean ± the Student-t 95% half-width over seeds (scipy); in paired.md and
+compute.md each Δ column against GRPO is a family (every non-GRPO method with ≥ 2 pairs), its two-sided paired
+t-tests Holm-adjusted (statsmodels), each shown with a Holm-consistent CI, which excludes 0 exactly when Holm rejects
+at 5%, and its adjusted p (``+2.8 ± 1.7 (p_H 0.03)``); rliable's bootstraps use a fixed seed and 2000 replications,
+so the report is deterministic.
 
 Figures (each skipped when no run logs its keys): ``eval_curves.png``, ``bin_share_heatmap.png``,
 ``weights_heatmap.png``, ``rollouts_heatmap.png``, ``wse.png``, ``mean_bin.png``, ``informative.png``,
@@ -48,7 +65,8 @@ definitions): ``wse_ratio.png`` (Eq. 33 with an offline σ̂_b, Fig. 6 right), `
 a figure whose keys no run logs is named on stderr and in the markdown.
 
 The package: ``runs`` (reading run dirs, completeness, names), ``table`` (the results table), ``paired`` (the
-paired table and the hard tail), ``figures``, ``paper_figures`` / ``paper_plots``; this module is the
+paired table and the hard tail), ``compute``, ``stats`` (intervals, tests, Holm, rliable), ``figures``,
+``paper_figures`` / ``paper_plots``; this module is the
 ``gdro-report`` command and re-exports their names.
 """
 
@@ -60,7 +78,7 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
-from gdro.report.compute import AXES, write_compute
+from gdro.report.compute import AXES, PRIMARY, write_compute
 from gdro.report.figures import (
     _colors,
     _over_seeds,
@@ -102,12 +120,12 @@ from gdro.report.runs import (
     read_metrics,
     scan_runs,
 )
+from gdro.report.stats import mean_ci, t975
+from gdro.report.summary import load_summaries, read_summaries, summarize, write_summaries
 from gdro.report.table import (
     aggregate,
     format_cell,
     format_gain,
-    mean_ci,
-    t975,
     to_markdown,
     write_table,
 )
@@ -137,6 +155,7 @@ __all__ = [
     "format_gain",
     "is_headline",
     "load_run",
+    "load_summaries",
     "main",
     "make_figures",
     "mean_bin_drift",
@@ -149,9 +168,11 @@ __all__ = [
     "rollouts_spent",
     "scan_runs",
     "steps_to",
+    "summarize",
     "t975",
     "tail_name",
     "to_markdown",
+    "write_summaries",
     "write_table",
 ]
 
@@ -181,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
 
 def _parser() -> _Parser:
     ap = _Parser(prog="gdro-report", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep_dir", type=Path)
-    ap.add_argument("--out", type=Path, default=None, help="output dir (default: SWEEP_DIR/report)")
+    ap.add_argument("sweep_dir", type=Path, metavar="SWEEP_DIR",
+                    help="a sweep dir, or a file of run summaries (written by --summaries)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output dir (default: SWEEP_DIR/report; for a summaries file, report/ beside it)")
+    ap.add_argument("--summaries", type=Path, default=None, metavar="FILE",
+                    help="also write the summary of every run pooled to FILE, one JSON line each (gzip'd when FILE "
+                         "ends in .gz): `gdro-report FILE` rebuilds this report from it (gdro/report/summary.py)")
     ap.add_argument("--which", choices=("final", "best"), default="final",
                     help="eval row per run: the last one, or the one with the best overall mean@k")
     ap.add_argument("--include-incomplete", action="store_true",
@@ -193,6 +219,9 @@ def _parser() -> _Parser:
                          "table, and to paired.md the oracle-gain recovery and steps to GRPO's final tail mean@k")
     ap.add_argument("--axis", choices=AXES, default="tokens",
                     help="compute.md's x: generated tokens (default) or training steps; its header names the one used")
+    ap.add_argument("--primary", choices=PRIMARY, default="area",
+                    help="the pre-registered primary endpoint, a column of compute.md (default: area, the area under "
+                         "the held-out curve); the others are secondary; it gets the IQM and P(method > GRPO) block")
     ap.add_argument("--wandb", action="store_true",
                     help="also log the report (tables, Table 1, figures) to the sweep's W&B group (gdro/report/table1.py)")
     return ap
@@ -215,6 +244,38 @@ def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple
     return mech_md, mech_text, paper_md
 
 
+def _scan(ap: _Parser, args: argparse.Namespace) -> tuple[list[SweepRun], list[Skipped], Path]:
+    """The runs under SWEEP_DIR (or of a summaries file: a corrupt line is one line, status 2), those left out, and
+    the root the report names run dirs from; a bad ``--summaries`` path is refused first."""
+    from gdro.run.ioerrors import check_creatable
+
+    if args.summaries is not None:
+        if args.sweep_dir.is_file():
+            ap.error(f"--summaries: {args.sweep_dir} is a summaries file already; --summaries writes a sweep dir's")
+        if args.summaries.is_dir():
+            ap.error(f"--summaries {args.summaries}: is a directory; the summaries go into a file")
+        check_creatable(args.summaries.absolute().parent)
+    if not args.sweep_dir.is_file():
+        return (*scan_runs(args.sweep_dir), args.sweep_dir)
+    try:
+        runs, root = read_summaries(args.sweep_dir)
+    except UnusableRun as err:
+        print(f"gdro-report: {err}", file=sys.stderr)
+        sys.exit(2)
+    return runs, [], root
+
+
+def _summaries(args: argparse.Namespace, runs: list[SweepRun], root: Path) -> Path | None:
+    """``--summaries FILE``: the runs' summaries written (a run.json gone since the scan is one line, status 2)."""
+    if args.summaries is None:
+        return None
+    try:
+        return write_summaries(runs, args.summaries, root)
+    except UnusableRun as err:
+        print(f"gdro-report: --summaries: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 def _main(argv: list[str] | None) -> int:
     from gdro.run.ioerrors import check_creatable
 
@@ -224,19 +285,20 @@ def _main(argv: list[str] | None) -> int:
         tail_levels = parse_levels(args.tail_levels) if args.tail_levels else None
     except ValueError as e:
         ap.error(f"--tail-levels: {e}")
-    out = args.out or args.sweep_dir / "report"
+    out = args.out or (args.sweep_dir.parent if args.sweep_dir.is_file() else args.sweep_dir) / "report"
     if args.out is not None:  # before the scan lists what it leaves out: a bad --out is the only line
         if out.exists() and not out.is_dir():
             ap.error(f"--out {out}: is a file; the report goes into a directory")
         check_creatable(out)
-    found, skipped = scan_runs(args.sweep_dir)
+    found, skipped, root = _scan(ap, args)
     runs = [r for r in found if r.complete or args.include_incomplete]
-    notes, lines = exclusion_notes(found, skipped, args.sweep_dir, include_incomplete=args.include_incomplete)
+    notes, lines = exclusion_notes(found, skipped, root, include_incomplete=args.include_incomplete)
     for line in lines:
         print(f"gdro-report: {line}", file=sys.stderr)
     if not runs:
         what = "runs" if args.include_incomplete else "completed runs"
-        print(f"gdro-report: no {what} (dirs with run.json + metrics.jsonl) found under {args.sweep_dir}"
+        where = "in" if args.sweep_dir.is_file() else "(dirs with run.json + metrics.jsonl) found under"
+        print(f"gdro-report: no {what} {where} {args.sweep_dir}"
               + (f"; {len(lines)} left out (above)" if lines else ""), file=sys.stderr)
         return 2
     for method, rs in _groups(runs).items():
@@ -244,6 +306,7 @@ def _main(argv: list[str] | None) -> int:
         if len(set(map(str, seeds))) < len(seeds):
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
                   "its runs are pooled as independent samples", file=sys.stderr)
+    summaries = _summaries(args, runs, root)  # before the tail metrics: the rows as logged
     tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
     if tail_levels and not tail_keys:
         print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "
@@ -261,12 +324,12 @@ def _main(argv: list[str] | None) -> int:
         text = paired_markdown(prows, keys, info)
         atomic_write_text(
             paired_md,
-            f"Each method minus GRPO, paired by seed ({args.which} evaluation row); mean ± 95% CI (Student t).\n\n"
-            + text)
+            f"Each method minus GRPO, paired by seed ({args.which} evaluation row). Secondary endpoints: the primary "
+            f"(--primary {args.primary}) is in compute.md.\n\n" + text)
     compute = None
     if paired_md is not None:  # the held-out curve at equal compute: the tail mean@k, else the first mean@k
         curve_key = mean_tail or next((k for k in heads if METRIC_KEY.match(k)["kind"] == "mean"), None)
-        compute = write_compute(runs, out, curve_key, args.axis, args.which) if curve_key else None
+        compute = write_compute(runs, out, curve_key, args.axis, args.which, args.primary) if curve_key else None
         if compute is not None and fig_compute_curves(runs, curve_key, compute[2], out / "compute_curves.png"):
             figs.append(out / "compute_curves.png")
     mech_md, mech_text, paper_md = _write_mechanism(runs, out, figs)
@@ -284,9 +347,10 @@ def _main(argv: list[str] | None) -> int:
     if table1 is not None:
         print(table1.read_text(encoding="utf-8"))
     written = [md, csv_path, *([paired_md] if paired_md else []), *([compute[0]] if compute else []),
-               *([mech_md] if mech_md else []), *([paper_md] if paper_md else []), *([table1] if table1 else []), *figs]
+               *([mech_md] if mech_md else []), *([paper_md] if paper_md else []), *([table1] if table1 else []), *figs,
+               *([summaries] if summaries else [])]
     print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
     if args.wandb:
-        print(f"logged the report to the sweep's W&B group: {log_to_wandb(args.sweep_dir, out, runs, written)}")
+        print(f"logged the report to the sweep's W&B group: {log_to_wandb(root, out, runs, written)}")
     return 0
 

@@ -7,7 +7,8 @@ completion tokens generated up to that step, discarded ones included (``compute/
 gdro/controllers/ledger.py; for a run written before the ledger, the running sum of ``rollout/len_mean ×
 rollout/n_total``, exact when nothing was discarded). The curve is interpolated linearly between evaluations.
 
-Per method, paired with GRPO on each seed both have (mean ± 95% CI, Student t):
+Per method, paired with GRPO on each seed both have (mean ± the Holm-consistent CI, Student t, and the Holm-adjusted
+p-value of a two-sided paired t-test, Holm over the non-GRPO rows of each column: gdro/report/stats.py):
 
 - **to GRPO's final**: the x at which the curve first reaches GRPO's final value of the key (averaged over GRPO's
   runs: the threshold), linearly interpolated; the paired difference over pairs where both reach it, and how many
@@ -18,6 +19,14 @@ Per method, paired with GRPO on each seed both have (mean ± 95% CI, Student t):
 - **final at equal steps**: the final evaluation rows.
 
 ``--axis tokens|steps`` picks the x of the first two; the table's header says which one it used.
+
+**Primary endpoint** (``gdro-report --primary``, pre-registered; default ``area``): one of the last three columns,
+marked "primary" in the table (the others "secondary"). Beneath the table, on each run's own value of it, the
+interquartile mean per method with its 95% stratified-bootstrap CI and the probability of improvement
+P(method > GRPO) with its CI over the runs of the seeds both have (rliable; gdro/report/stats.py). A run's value:
+for ``area``, its curve's mean over [0, X], X the smallest last x of any run in the report (every run over the same
+range); for ``equal_tokens``, its curve at the smallest total of generated tokens of any run; for ``equal_steps``, its
+final (or best) evaluation row. "To GRPO's final" is not offered: a run that never reaches it has no value.
 """
 
 from __future__ import annotations
@@ -28,11 +37,14 @@ import numpy as np
 
 from gdro.report.names import BASELINE, _method_rank, display_name
 from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
-from gdro.report.table import format_cell, mean_ci
+from gdro.report.stats import BOOT_REPS, BOOT_SEED, holm, iqm_ci, mean_ci, probability_of_improvement
+from gdro.report.table import format_holm, holm_note
 from gdro.run.ioerrors import atomic_write_text
 
 AXES = ("tokens", "steps")
 AXIS_NAMES = {"tokens": "generated tokens (compute/tokens_cum)", "steps": "training steps"}
+MEASURES = ("reach", "area", "equal_tokens", "equal_steps")
+PRIMARY = ("area", "equal_tokens", "equal_steps")  # the columns --primary may name (module docstring)
 
 
 def tokens_by_step(run: SweepRun) -> dict[float, float]:
@@ -136,17 +148,21 @@ def _pair(a: SweepRun, z: SweepRun, key: str, axis: str, threshold: float | None
     return out
 
 
-def compute_comparison(runs: list[SweepRun], key: str, axis: str = "tokens", which: str = "final"
-                       ) -> tuple[list[dict], dict]:
+def compute_comparison(runs: list[SweepRun], key: str, axis: str = "tokens", which: str = "final",
+                       primary: str = "area") -> tuple[list[dict], dict]:
     """Per method: ``reach`` (per run, x to GRPO's final ``key``; None = never), and paired with GRPO
-    (mean, ci, n) of ``d_reach``, ``d_area``, ``d_equal_tokens``, ``d_equal_steps`` (see the module docstring)."""
+    (mean, ci, n) of ``d_reach``, ``d_area``, ``d_equal_tokens``, ``d_equal_steps`` (the plain 95% interval; see the
+    module docstring) and ``h_<measure>`` (:class:`gdro.report.stats.HolmCell`, Holm over the non-GRPO rows).
+    ``info["primary"]``: :func:`primary_endpoint`'s block for the measure ``primary``."""
     if axis not in AXES:
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
+    if primary not in PRIMARY:
+        raise ValueError(f"primary must be one of {PRIMARY}, got {primary!r}")
     groups = _groups(runs)
     base = {str(r.seed): r for r in groups.get(BASELINE, [])}
     finals = [(_select_row(r, which) or {}).get(key) for r in base.values()]
     finals = [v for v in finals if isinstance(v, (int, float))]
-    info = {"key": key, "axis": axis, "threshold": float(np.mean(finals)) if finals else None}
+    info = {"key": key, "axis": axis, "threshold": float(np.mean(finals)) if finals else None, "which": which}
     out = []
     for method in sorted(groups, key=_method_rank):
         rs = groups[method]
@@ -157,10 +173,54 @@ def compute_comparison(runs: list[SweepRun], key: str, axis: str = "tokens", whi
         pairs = [_pair(r, base[str(r.seed)], key, axis, info["threshold"], which) for r in rs
                  if method != BASELINE and str(r.seed) in base]
         row["pairs"] = len(pairs)
-        for m in ("reach", "area", "equal_tokens", "equal_steps"):
+        for m in MEASURES:
             row[f"d_{m}"] = mean_ci([p[m] for p in pairs if p.get(m) is not None])
+            row[f"diffs_{m}"] = [p[m] for p in pairs if p.get(m) is not None]
         out.append(row)
+    others = [r for r in out if r["method"] != BASELINE]
+    for m in MEASURES:  # the family: the rows of the measure's column
+        for r, cell in zip(others, holm([r[f"diffs_{m}"] for r in others])):
+            r[f"h_{m}"] = cell
+    info["primary"] = primary_endpoint(runs, key, axis, which, primary)
     return out, info
+
+
+def run_values(runs: list[SweepRun], key: str, axis: str, which: str, measure: str
+               ) -> tuple[list[float | None], float | None]:
+    """Each run's own value of ``measure`` (one of :data:`PRIMARY`; module docstring), and the common x it is
+    measured at (None for ``equal_steps``)."""
+    if measure == "equal_steps":
+        finals = [(_select_row(r, which) or {}).get(key) for r in runs]
+        return [float(v) if isinstance(v, (int, float)) else None for v in finals], None
+    curves = [curve(r, key, axis if measure == "area" else "tokens") for r in runs]
+    ends = [xs[-1] for xs, _ in curves if len(xs)]
+    if not ends:
+        return [None] * len(runs), None
+    x = min(ends)
+    at = area if measure == "area" else interpolate
+    return [at(xs, ys, x) if len(xs) else None for xs, ys in curves], x
+
+
+def primary_endpoint(runs: list[SweepRun], key: str, axis: str, which: str, measure: str) -> dict:
+    """The primary endpoint's block: per method (GRPO first) its runs' :func:`run_values` ``iqm``
+    (:func:`gdro.report.stats.iqm_ci`) and, against GRPO over the seeds both have, ``pairs`` and ``poi``
+    (:func:`gdro.report.stats.probability_of_improvement`); with the ``measure`` and its common ``x``."""
+    values, x = run_values(runs, key, axis, which, measure)
+    value = {id(r): v for r, v in zip(runs, values)}
+    groups = _groups(runs)
+    base = {str(r.seed): value[id(r)] for r in groups.get(BASELINE, []) if value[id(r)] is not None}
+    rows = []
+    for method in sorted(groups, key=_method_rank):
+        rs = groups[method]
+        row = {"method": method, "name": display_name(method),
+               "iqm": iqm_ci([value[id(r)] for r in rs], reps=BOOT_REPS, seed=BOOT_SEED)}
+        if method != BASELINE and base:
+            paired = [(value[id(r)], base[str(r.seed)]) for r in rs if value[id(r)] is not None and str(r.seed) in base]
+            row["pairs"] = len(paired)
+            row["poi"] = probability_of_improvement([a for a, _ in paired], [z for _, z in paired], reps=BOOT_REPS,
+                                                    seed=BOOT_SEED)
+        rows.append(row)
+    return {"measure": measure, "x": x, "rows": rows}
 
 
 def _fmt_reach(reach: list[float | None], axis: str) -> str:
@@ -172,38 +232,63 @@ def _fmt_reach(reach: list[float | None], axis: str) -> str:
 
 
 def compute_markdown(rows: list[dict], info: dict) -> str:
-    """The compute table, its header naming the axis."""
+    """The compute table, its header naming the axis, the primary endpoint and the Holm adjustment; then the
+    primary endpoint's block (:func:`primary_markdown`)."""
     axis, key = info["axis"], _label(info["key"])
     unit = "k tokens" if axis == "tokens" else "steps"
-    thr = info["threshold"]
+    thr, primary = info["threshold"], info["primary"]["measure"]
+    sizes = [sum(math.isfinite(r[f"h_{m}"].p_holm) for r in rows if r["method"] != BASELINE) for m in MEASURES]
     head = [f"Axis: **{AXIS_NAMES[axis]}**; key {key}"
-            + (f"; threshold = GRPO's final {thr:.2f}" if thr is not None else "; no GRPO run: no threshold") + ".",
-            ""]
+            + (f"; threshold = GRPO's final {thr:.2f}" if thr is not None else "; no GRPO run: no threshold")
+            + f"; primary endpoint: **{primary}** (`--primary`), the other Δ columns secondary.", "",
+            holm_note(sizes), ""]
+    role = {m: "primary" if m == primary else "secondary" for m in MEASURES}
     cols = ["Method", "pairs", "k tokens generated per run (mean)", f"{unit} to GRPO's final (mean; reached)",
-            f"Δ {unit} to it",
-            f"Δ area (mean {key} over {axis})", f"Δ {key} at equal tokens", f"Δ {key} at equal steps"]
+            f"Δ {unit} to it ({role['reach']})", f"Δ area (mean {key} over {axis}) ({role['area']})",
+            f"Δ {key} at equal tokens ({role['equal_tokens']})", f"Δ {key} at equal steps ({role['equal_steps']})"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join(["---"] + ["---:"] * (len(cols) - 1)) + "|"]
     for r in rows:
         base = r["method"] == BASELINE
-        digits = 1
-        reach = r["d_reach"]
-        if axis == "tokens" and reach[2]:
-            reach = (reach[0] / 1e3, reach[1] / 1e3 if math.isfinite(reach[1]) else reach[1], reach[2])
         cells = [r["name"], "–" if base else str(r["pairs"]), f"{np.mean(r['generated']) / 1e3:.1f}",
                  _fmt_reach(r["reach"], axis)]
-        cells += ["–"] * 4 if base else [format_cell(*reach, digits=digits), format_cell(*r["d_area"]),
-                                         format_cell(*r["d_equal_tokens"]), format_cell(*r["d_equal_steps"])]
+        cells += ["–"] * 4 if base else [format_holm(r["h_reach"], scale=1e3 if axis == "tokens" else 1.0),
+                                         *(format_holm(r[f"h_{m}"]) for m in MEASURES[1:])]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(head + lines) + "\n"
+    return "\n".join(head + lines) + "\n" + primary_markdown(info)
 
 
-def write_compute(runs: list[SweepRun], out, key: str, axis: str, which: str):
+def _fmt_interval(iv, digits: int) -> str:
+    return "–" if not iv.n else f"{iv.point:.{digits}f} [{iv.low:.{digits}f}, {iv.high:.{digits}f}]"
+
+
+def primary_markdown(info: dict) -> str:
+    """The primary endpoint's block: what a run's value is, then per method the IQM [95% CI] of its runs' values
+    and P(method > GRPO) [95% CI] (:func:`primary_endpoint`)."""
+    block, key, axis = info["primary"], _label(info["key"]), info["axis"]
+    x = block["x"]
+    upto = "–" if x is None else f"{x / 1e3:.1f}k generated tokens" if axis == "tokens" else f"{x:.0f} training steps"
+    what = {"area": f"each run's mean {key} up to {upto} (the least any run reaches)",
+            "equal_tokens": f"each run's {key} at "
+                            + ("–" if x is None else f"{x / 1e3:.1f}k generated tokens (the fewest of any run)"),
+            "equal_steps": f"each run's {key} at its {info['which']} evaluation row"}[block["measure"]]
+    lines = ["", (f"Primary endpoint **{block['measure']}**: {what}. IQM [95% stratified-bootstrap CI] per method "
+                  f"and P(method > GRPO) [95% CI] over the seeds both have (rliable; {BOOT_REPS} bootstrap "
+                  f"replications, seed {BOOT_SEED})."), "",
+             "| Method | runs | IQM [95% CI] | pairs | P(method > GRPO) [95% CI] |", "|---|---:|---:|---:|---:|"]
+    for r in block["rows"]:
+        poi = "–" if "poi" not in r else _fmt_interval(r["poi"], 2)
+        lines.append(f"| {r['name']} | {r['iqm'].n} | {_fmt_interval(r['iqm'], 1)} | {r.get('pairs', '–')} | {poi} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_compute(runs: list[SweepRun], out, key: str, axis: str, which: str, primary: str = "area"):
     """compute.md in ``out`` (its path, text and threshold), or None without GRPO and one other method."""
     if not any(r.method == BASELINE for r in runs) or len(_groups(runs)) < 2:
         return None
-    rows, info = compute_comparison(runs, key, axis, which)
+    rows, info = compute_comparison(runs, key, axis, which, primary)
     text = compute_markdown(rows, info)
     path = out / "compute.md"
     atomic_write_text(path, f"Each method minus GRPO, paired by seed, at equal compute ({which} evaluation row at "
-                            f"equal steps); mean ± 95% CI (Student t); gdro/report/compute.py.\n\n" + text)
+                            "equal steps), Holm-adjusted over the rows of each Δ column (below); "
+                            "gdro/report/compute.py.\n\n" + text)
     return path, text, info["threshold"]

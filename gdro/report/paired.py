@@ -9,7 +9,8 @@ import numpy as np
 
 from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, metric_sort_key
 from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
-from gdro.report.table import format_cell, mean_ci
+from gdro.report.stats import holm, mean_ci
+from gdro.report.table import format_cell, format_holm, holm_note
 
 ORACLE = "oracle-levels+fixed"
 
@@ -105,7 +106,9 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
     """Each method against GRPO, paired by seed (a seed gives both the same pool, initial weights and test set).
 
     Per method: ``gain`` ((mean, ci, n) over its runs of what each learned on ``keys[0]``: :func:`learned`),
-    ``pairs`` (seeds that both have), ``delta`` ({key: (mean, ci, n)} of method − GRPO per seed),
+    ``pairs`` (seeds that both have), ``delta`` ({key: (mean, ci, n)} of method − GRPO per seed, the plain 95%
+    interval), ``diffs`` ({key: those differences}), ``holm`` ({key: :class:`gdro.report.stats.HolmCell`}: the
+    paired t-test Holm-adjusted over the non-GRPO rows of the key's column, with its Holm-consistent interval),
     ``recovery`` (its mean Δ``tail_key`` ÷ the oracle control's, when both exist and the oracle's is > 0),
     ``steps`` (per run, the first evaluation step reaching the threshold, None = never), ``rollouts``
     ((mean, ci, n) of rollouts spent) and ``drift`` (per run (first, last) quarter's mean bin, or None).
@@ -121,7 +124,8 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
     out = []
     for method in sorted(groups, key=_method_rank):
         rs = groups[method]
-        row: dict = {"method": method, "name": display_name(method), "n": len(rs), "delta": {}, "pairs": 0}
+        row: dict = {"method": method, "name": display_name(method), "n": len(rs), "delta": {}, "diffs": {},
+                     "holm": {}, "pairs": 0}
         if method != BASELINE and base:
             paired = [(_select_row(r, which) or {}, _select_row(base[str(r.seed)], which) or {})
                       for r in rs if str(r.seed) in base]
@@ -129,13 +133,17 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
             for key in keys:
                 diffs = [a[key] - z[key] for a, z in paired
                          if isinstance(a.get(key), (int, float)) and isinstance(z.get(key), (int, float))]
-                row["delta"][key] = mean_ci(diffs)
+                row["delta"][key], row["diffs"][key] = mean_ci(diffs), diffs
         row["steps"] = ([steps_to(r, tail_key, info["threshold"]) for r in rs]
                         if tail_key and info["threshold"] is not None else [])
         row["rollouts"] = mean_ci([rollouts_spent(r) for r in rs])
         row["gain"] = mean_ci([g for g in (learned(r, keys[0], which) for r in rs) if g is not None]) if keys else None
         row["drift"] = [mean_bin_drift(r) for r in rs]
         out.append(row)
+    others = [r for r in out if r["method"] != BASELINE] if base else []
+    for key in keys:  # the family: the rows of the key's column
+        for r, cell in zip(others, holm([r["diffs"][key] for r in others])):
+            r["holm"][key] = cell
     oracle = next((r for r in out if r["method"] == ORACLE), None)
     gain = oracle["delta"].get(tail_key, (math.nan,))[0] if oracle and tail_key else math.nan
     for row in out:
@@ -167,9 +175,10 @@ def _fmt_drift(drift: list[tuple[float, float] | None]) -> str:
 
 
 def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
-    """The paired table: Δ vs GRPO per key (mean ± 95% CI over seeds), recovery of the oracle's gain, steps to
-    the threshold (median over the runs that reach it; reached/runs), rollouts spent, the batch's mean-bin
-    drift (first → last quarter after the unseen phase)."""
+    """The paired table, after a line on its Holm adjustment: Δ vs GRPO per key (mean ± the Holm-consistent CI over
+    seeds, and the Holm-adjusted p; :func:`gdro.report.stats.holm`), recovery of the oracle's gain, steps to the
+    threshold (median over the runs that reach it; reached/runs), rollouts spent, the batch's mean-bin drift
+    (first → last quarter after the unseen phase)."""
     tail = info.get("tail_key")
     header = ["Method", "pairs"] + ([f"{_label(keys[0])} learned (from step 0)"] if keys else [])
     header += [f"Δ{_label(k)}" for k in keys]
@@ -178,13 +187,15 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
     if info.get("threshold") is not None:
         header.append(f"steps to {_label(tail)} ≥ {info['threshold']:.1f}")
     header += ["rollouts spent", "batch mean bin: first → last quarter (Δ)"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    sizes = [sum(math.isfinite(r["holm"][k].p_holm) for r in rows if k in r["holm"]) for k in keys]
+    lines = [holm_note(sizes), ""] if keys else []
+    lines += ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     for r in rows:
         base = r["method"] == BASELINE
         cells = [r["name"], "–" if base else str(r["pairs"])]
         if keys:
             cells.append(format_cell(*r["gain"]) if r.get("gain") else "–")
-        cells += ["–" if base else format_cell(*r["delta"].get(k, (math.nan, math.nan, 0))) for k in keys]
+        cells += ["–" if base or k not in r["holm"] else format_holm(r["holm"][k]) for k in keys]
         if tail:
             cells.append("–" if r["recovery"] is None or r["method"] == ORACLE else f"{r['recovery']:.2f}")
         if info.get("threshold") is not None:

@@ -58,6 +58,9 @@ class SweepRun:
     rows: list[dict] = field(repr=False)
     status: str | None = None  # run.json "status"; None for a run written before the trainer recorded it
     problems: list[str] = field(default_factory=list)
+    # gdro-eval's record (its "k" and "metrics") when the run comes from a run summary (gdro/report/summary.py);
+    # None: gdro.report.table1 reads it from the run dir
+    evaluation: dict | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:

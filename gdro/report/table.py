@@ -1,4 +1,5 @@
-"""Sweep report, the results table: mean ± Student-t 95% CI over seeds per method, as table.md and table.csv."""
+"""Sweep report, the results table: mean ± Student-t 95% CI over seeds per method, as table.md and table.csv;
+and the cells of the paired tables' Holm-adjusted comparisons (gdro/report/stats.py)."""
 
 from __future__ import annotations
 
@@ -6,48 +7,10 @@ import csv
 import math
 from pathlib import Path
 
-import numpy as np
-
 from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
 from gdro.report.runs import SweepRun, _label, _select_row
+from gdro.report.stats import ALPHA, HolmCell, mean_ci
 from gdro.run.ioerrors import atomic_write, atomic_write_text
-
-# Two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30.
-_T975 = (
-    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
-    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
-    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
-)  # fmt: skip
-
-
-
-_T975_LARGE = ((120, 1.980), (60, 2.000), (40, 2.021), (30, 2.042))
-
-
-
-def t975(df: int) -> float:
-    """t_{0.975, df}: exact table for df 1-30, the nearest smaller tabulated df up to 120 (conservative), 1.96 beyond."""
-    if df < 1:
-        raise ValueError(f"df must be >= 1, got {df}")
-    if df <= 30:
-        return _T975[df - 1]
-    if df > 120:
-        return 1.96
-    return next(t for d, t in _T975_LARGE if df >= d)
-
-
-
-def mean_ci(values: list[float]) -> tuple[float, float, int]:
-    """(mean, 95% CI half-width, n); the half-width is NaN when n < 2."""
-    vals = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=float)
-    n = len(vals)
-    if n == 0:
-        return math.nan, math.nan, 0
-    m = float(vals.mean())
-    if n == 1:
-        return m, math.nan, 1
-    return m, t975(n - 1) * float(vals.std(ddof=1)) / math.sqrt(n), n
-
 
 
 def aggregate(runs: list[SweepRun], *, which: str = "final") -> list[dict]:
@@ -100,6 +63,34 @@ def format_cell(mean: float, ci: float, n: int, digits: int = 1) -> str:
         return f"{mean:.{digits}f} (n=1)"
     return f"{mean:.{digits}f} ± {ci:.{digits}f}"
 
+
+
+def format_p(p: float) -> str:
+    """A p-value in a few characters: '–' (none), '<0.001', 0.004, 0.03."""
+    if not math.isfinite(p):
+        return "–"
+    return "<0.001" if p < 0.001 else f"{p:.3f}" if p < 0.01 else f"{p:.2f}"
+
+
+def format_holm(cell: HolmCell, digits: int = 1, scale: float = 1.0) -> str:
+    """A comparison against GRPO: ``+4.0 ± 4.4 (p_H 0.06)``, the mean (÷ ``scale``) ± its Holm-consistent
+    half-width and the Holm-adjusted p; ``+4.0 (n=1)`` or ``+0.0 ± 0.0 (p_H –)`` when left out of the family."""
+    if cell.n == 0 or not math.isfinite(cell.mean):
+        return "–"
+    if cell.n == 1:
+        return f"{cell.mean / scale:+.{digits}f} (n=1)"
+    return f"{cell.mean / scale:+.{digits}f} ± {cell.half_width / scale:.{digits}f} (p_H {format_p(cell.p_holm)})"
+
+
+def holm_note(sizes: list[int], alpha: float = ALPHA) -> str:
+    """The header line of a table of Holm-adjusted columns; ``sizes``: each column's family size, left to right."""
+    if not any(sizes):
+        return "Δ columns: mean ± 95% CI (Student t); no comparison has ≥ 2 pairs with a p-value, so no test."
+    over = (f"the {sizes[0]} rows of each column" if len(set(sizes)) == 1
+            else f"the rows of each column ({', '.join(map(str, sizes))} from left to right)")
+    return (f"Δ columns: mean ± the Holm-consistent CI (Student t; it excludes 0 exactly when Holm rejects at "
+            f"{alpha:.0%}) and p_H, the two-sided paired t-test's p-value, Holm-adjusted over {over}: every "
+            "non-GRPO method with ≥ 2 pairs (gdro/report/stats.py); '(n=1)' or p_H –: left out of the family.")
 
 
 def format_gain(g: float | None) -> str:

@@ -26,7 +26,9 @@ EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
 
 
 def eval_record(run: SweepRun) -> dict[str, Any] | None:
-    """The gdro-eval result kept in ``run``'s dir (``eval/eval.json``), or None."""
+    """The gdro-eval result kept in ``run``'s dir (``eval/eval.json``), or carried by its run summary; or None."""
+    if run.evaluation is not None:
+        return run.evaluation
     for pattern in EVAL_GLOB:
         for path in sorted(run.path.glob(pattern)):
             try:
