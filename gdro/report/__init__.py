@@ -64,6 +64,12 @@ definitions): ``wse_ratio.png`` (Eq. 33 with an offline σ̂_b, Fig. 6 right), `
 ``budget_snapshots.png`` (Fig. 9), ``macro_dynamics.png`` (Figs. 4 and 8), ``lead_lag.png`` (Eq. 32, Fig. 6 left);
 a figure whose keys no run logs is named on stderr and in the markdown.
 
+The traveling wave (``wave.md``, gdro/report/wave.py; issue #48): ``wave_frontier.png`` (per method, mean over seeds:
+the batch's mean bin index, data- and budget-weighted, and the frontier bin, the pass bin with the most mixed groups),
+``wave_heatmap.png`` (bins × steps of budget share − data share, diverging at 0, the frontier drawn over it; GRPO's
+is 0), and in ``wave.md`` per method whether its budget follows the frontier (hit rate against a budget that stays
+put); each skipped with a line on stderr when no run logs its keys.
+
 The package: ``runs`` (reading run dirs, completeness, names), ``table`` (the results table), ``paired`` (the
 paired table and the hard tail), ``compute``, ``stats`` (intervals, tests, Holm, rliable), ``figures``,
 ``paper_figures`` / ``paper_plots``; this module is the
@@ -130,6 +136,7 @@ from gdro.report.table import (
     write_table,
 )
 from gdro.report.table1 import log_to_wandb, write_table1
+from gdro.report.wave import write_wave
 from gdro.run.ioerrors import atomic_write_text
 
 __all__ = [
@@ -241,6 +248,10 @@ def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple
     figs += paper_figs
     for line in paper_skipped:
         print(f"gdro-report: paper figures: {line}", file=sys.stderr)
+    wave_files, wave_skipped = write_wave(runs, out)  # the traveling wave: does the budget follow the frontier?
+    figs += wave_files
+    for line in wave_skipped:
+        print(f"gdro-report: wave: {line}", file=sys.stderr)
     return mech_md, mech_text, paper_md
 
 

@@ -5,7 +5,8 @@
 The per-step per-bin tables every run logs (GRPO included) are its batch's **data share** q_t(b)
 (``difficulty/batch/<bin>``, else Prompt-GDRO's ``gdro/share/<bin>``) and its **rollouts per prompt** n_b(t)
 (``compute/rollouts_per_prompt/<bin>``, every generated group; else an allocator's ``gdro/rollouts/<bin>``; a run
-with neither key is taken at n_b ≡ n̄: budget share = data share, WSE ratio 1). From them:
+with neither key is taken at n_b ≡ n̄: budget share = data share, WSE ratio 1), and where logged the share of the
+bin's groups that are mixed (``difficulty/informative/<bin>``: the frontier of gdro/report/wave.py). From them:
 
 - **budget share** s_t(b) = q_t(b) n_b(t) / Σ_b' q_t(b') n_b'(t) (a bin in the batch without generated rollouts,
   e.g. skipped, gets 0);
@@ -55,6 +56,7 @@ BUDGET_BIN = 8  # Fig. 8: the budget share of bins >= accbin_8
 SHARE_KEYS = ("difficulty/batch/", "gdro/share/")
 ROLLOUT_KEYS = ("compute/rollouts_per_prompt/", "gdro/rollouts/")
 ACC_KEY = "gdro/passrate/"
+INFO_KEY = "difficulty/informative/"  # the share of the bin's groups that are mixed (rewards not all equal)
 
 
 def pass_index(label: str) -> int | None:
@@ -77,6 +79,7 @@ class Tables:
     n: np.ndarray  # rollouts per prompt (NaN: no group of the bin generated, or not logged)
     acc: np.ndarray  # the bin's realised per-rollout accuracy (NaN where not logged)
     uniform: bool  # no rollouts-per-prompt key: n_b = n̄ assumed
+    mix: np.ndarray  # the share of the step's groups that are mixed and in the bin: q · INFO_KEY (NaN: not logged)
 
     def budget(self) -> np.ndarray:
         qn = self.q * np.nan_to_num(self.n, nan=0.0)
@@ -110,7 +113,8 @@ def tables(run: SweepRun) -> Tables | None:
     q = _matrix(rows, share, bins)
     n = _matrix(rows, roll, bins) if roll else np.where(q > 0, 1.0, np.nan)
     return Tables(run, np.asarray([r["step"] for r in rows], dtype=float), bins, q, n,
-                  _matrix(rows, ACC_KEY if run.has(ACC_KEY) else None, bins), roll is None)
+                  _matrix(rows, ACC_KEY if run.has(ACC_KEY) else None, bins), roll is None,
+                  q * _matrix(rows, INFO_KEY if run.has(INFO_KEY) else None, bins))
 
 
 def _over_bins(t: Tables, bins: list[str]) -> Tables:
@@ -120,7 +124,7 @@ def _over_bins(t: Tables, bins: list[str]) -> Tables:
     def spread(m: np.ndarray) -> np.ndarray:
         return np.stack([m[:, j] if j is not None else np.full(len(m), np.nan) for j in cols], axis=1)
 
-    return Tables(t.run, t.steps, bins, spread(t.q), spread(t.n), spread(t.acc), t.uniform)
+    return Tables(t.run, t.steps, bins, spread(t.q), spread(t.n), spread(t.acc), t.uniform, spread(t.mix))
 
 
 def _full_edges(config: dict, n_pass: int) -> np.ndarray:
@@ -195,11 +199,12 @@ def _pass_cols(t: Tables, at_least: int = 0) -> np.ndarray:
     return np.asarray([(i := pass_index(b)) is not None and i >= at_least for b in t.bins], dtype=bool)
 
 
-def mean_bin(t: Tables) -> np.ndarray:
-    """Σ_b b q_t(b) / Σ_b q_t(b) over the pass-rate bins (the unseen bin left out)."""
+def mean_bin(t: Tables, budget: bool = False) -> np.ndarray:
+    """Σ_b b q_t(b) / Σ_b q_t(b) over the pass-rate bins (the unseen bin left out); with ``budget`` the same over the
+    budget share s_t(b)."""
     cols = _pass_cols(t)
     idx = np.asarray([pass_index(b) for b in np.asarray(t.bins)[cols]], dtype=float)
-    q = np.nan_to_num(t.q[:, cols])
+    q = np.nan_to_num((t.budget() if budget else t.q)[:, cols])
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(q.sum(axis=1) > 0, q @ idx / q.sum(axis=1), np.nan)
 
@@ -211,13 +216,14 @@ def mass_at_least(t: Tables, k: int, budget: bool = False) -> np.ndarray:
         return np.nansum(m[:, _pass_cols(t, k)], axis=1) / np.nansum(m, axis=1)
 
 
-def pooled(ts: list[Tables], which: str) -> tuple[np.ndarray, np.ndarray]:
-    """Steps and the (steps × bins) mean over seeds of ``which`` (``q``, ``n`` or ``budget``); NaN where no seed
-    logs the bin at the step."""
+def pooled(ts: list[Tables], which) -> tuple[np.ndarray, np.ndarray]:
+    """Steps and the (steps × bins) mean over seeds of ``which`` (``q``, ``n``, ``budget``, or a function of a
+    run's tables giving its steps × bins matrix); NaN where no seed logs the bin at the step."""
     steps = np.asarray(sorted({s for t in ts for s in t.steps}))
     stack = np.full((len(ts), len(steps), len(ts[0].bins)), np.nan)
     for i, t in enumerate(ts):
-        stack[i, np.searchsorted(steps, t.steps)] = t.budget() if which == "budget" else getattr(t, which)
+        stack[i, np.searchsorted(steps, t.steps)] = (which(t) if callable(which) else t.budget()
+                                                     if which == "budget" else getattr(t, which))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices stay NaN
         return steps, np.nanmean(stack, axis=0)
