@@ -268,10 +268,10 @@ class LearnabilitySampler(_CandidateSelector):
 class MoPPSSampler(_CandidateSelector):
     """MoPPS (arXiv 2507.04632): Beta posteriors per prompt and Thompson-sampled selection near a target rate.
 
-    Defaults are the official code's (recipe/ours/config/our_trainer.yaml and the math scripts): prior Beta(1, 1),
-    decay λ = 1 (no forgetting; its countdown and geometry scripts use 0.5), target γ* = 0.5, ``topk``, and a
-    candidate pool of ``candidate_ratio`` = 16 × the batch (``tasksampler.ts_ratio``). Differences from the official
-    code: docs/prompt-selection.md.
+    Defaults are the official MATH scripts': prior Beta(1, 1), decay λ = 1 (no forgetting; its countdown and geometry
+    scripts use 0.5), target γ* = 0.5, ``topk``, and a candidate pool of ``candidate_ratio`` = 16 × the batch
+    (``tasksampler.ts_ratio``: 16 in the MATH scripts, 8 in countdown and geometry; the config file's own default
+    is 1.0). Differences from the official code: docs/prompt-selection.md.
     """
 
     def __init__(self, candidate_ratio: float = 16.0, target: float = 0.5, strategy: str = "topk",
