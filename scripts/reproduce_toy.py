@@ -62,6 +62,7 @@ EXTRA: dict[str, list[str]] = {
     "resample": ["sampler=prompt-gdro", "sampler.mode=resample", "allocator=fixed"],
     "sqrt": ["sampler=uniform", "allocator=sqrt"],
     "joint": ["sampler=prompt-gdro", "allocator=rollout-gdro"],
+    "zero-variance": ["sampler=uniform", "allocator=zero-variance"],  # issue #48's control; --methods adds it
 }
 # --preset curriculum (issue #23): experiment=toy-curriculum, 8 seeds. The rows were fixed in docs/results.md
 # ("The curriculum toy: protocol") after the pilots (GRPO and the oracle only) and before any other row ran: GRPO, the

@@ -21,6 +21,7 @@ import numpy as np
 from gdro.controllers.bandit import bin_means, mixed_distribution
 from gdro.controllers.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
 from gdro.controllers.knapsack import knapsack_allocate, rollout_value
+from gdro.controllers.per_prompt import PerPromptAllocator
 from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 
 MU_TARGETS = ("budget", "rest")  # what Rollout-GDRO's shadow price measures consumption against (Eq. 21)
@@ -312,7 +313,7 @@ class SqrtAllocator(_BinAllocator):
         self.p = {int(b): float(p) for b, p in state["p"].items()}
 
 
-class KnapsackAllocator:
+class KnapsackAllocator(PerPromptAllocator):
     """Knapsack RL (Li et al., arXiv 2509.25849): per prompt, value(n, p) = (1 − pⁿ − (1 − p)ⁿ)·p(1 − p)² with p its
     per-rollout success rate (``classifier.success_rate``); Σ_i value(n_i, p_i) maximised by DP at the exact step
     budget n̄ · G with n_i ∈ [n_min, n_max] (gdro/controllers/knapsack.py, where the differences from the official
@@ -325,58 +326,30 @@ class KnapsackAllocator:
     """
 
     def __init__(self, n_min: int = 2, n_max: int = 24, floor_credit: bool = True, unseen: str = "prior"):
-        check_budget_feasible(n_min, n_min, n_max)  # validates n_min >= 1 and n_min <= n_max
+        super().__init__(n_min, n_max)
         if unseen not in ("prior", "fixed"):
             raise ValueError(f"unseen must be prior | fixed, got {unseen!r}")
-        self.n_min, self.n_max, self.floor_credit, self.unseen = int(n_min), int(n_max), bool(floor_credit), unseen
-        self.labels: list[str] = []
-        self._rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]] = []  # this step's (bins, n, p, n̄)
-        self._done = False  # set by update: the next allocate starts a new step
-
-    def bind(self, bins: BinSpec) -> None:
-        self.labels = list(bins.labels)
-
-    def check_budget(self, n_bar: int) -> None:
-        check_budget_feasible(n_bar, self.n_min, self.n_max)
+        self.floor_credit, self.unseen = bool(floor_credit), unseen
 
     def allocate(self, ids: np.ndarray, bins: np.ndarray, n_bar: int,
                  classifier: DifficultyClassifier) -> np.ndarray:
         """The DP's allocation for the prompts ``ids`` from their success rates; Σ n = n̄ · G exactly."""
-        ids, bins = np.asarray(ids, dtype=np.int64), np.asarray(bins, dtype=np.int64)
-        if len(ids) < 1:
-            raise ValueError("a step needs at least one prompt")
+        ids, bins = self._inputs(ids, bins)
         p = classifier.success_rate(ids)
         lo, hi = np.full(len(ids), self.n_min), np.full(len(ids), self.n_max)
         if self.unseen == "fixed":
             pinned = ~classifier.seen(ids)
             lo[pinned] = hi[pinned] = n_bar
         n = knapsack_allocate(p, int(n_bar) * len(ids), lo, hi, floor_credit=self.floor_credit)
-        if self._done:
-            self._rounds, self._done = [], False
-        self._rounds.append((bins, n, p, int(n_bar)))
-        return n
-
-    def update(self, feedback: StepFeedback) -> None:
-        """Stateless: the history lives in the classifier; the step's rounds are kept for ``metrics``."""
-        self._done = True
+        return self._keep(bins, n, p, n_bar)
 
     def metrics(self) -> dict[str, float]:
         """``gdro/knapsack/value`` (Σ value at the allocation), ``value_uniform`` (the same at n̄), ``p_mean``;
         ``gdro/rollouts/<bin>``: mean rollouts per prompt of each bin (the mechanism table's key)."""
         if not self._rounds:
             return {}
-        bins, n, p = (np.concatenate([r[i] for r in self._rounds]) for i in range(3))
-        n_bar = np.concatenate([np.full(len(r[0]), r[3]) for r in self._rounds])
+        bins, n, p, n_bar = self._step()
         value, uniform = (float(rollout_value(m.astype(np.float64), p).sum()) for m in (n, n_bar))
         out = {"gdro/knapsack/value": value, "gdro/knapsack/value_uniform": uniform,
                "gdro/knapsack/p_mean": float(p.mean())}
-        for b in np.unique(bins):
-            label = self.labels[b] if b < len(self.labels) else str(b)
-            out[f"gdro/rollouts/{label}"] = float(n[bins == b].mean())
-        return out
-
-    def state_dict(self) -> dict[str, Any]:
-        return {}
-
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Nothing to restore."""
+        return out | self._rollouts_per_bin(bins, n)

@@ -27,6 +27,8 @@ DISPLAY_NAMES = {
     "rgdro-variance-rest": "Rollout-GDRO, variance signal, μ against the rest mean",
     "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
     "skip": "Pre-rollout skip (GRESO-style)",
+    "uniform+zero-variance": "Zero-variance control (n_min to all-equal prompts)",
+    "zero-variance": "Zero-variance control (n_min to all-equal prompts)",
 }
 
 
