@@ -21,7 +21,7 @@ def _check(docs: Path) -> subprocess.CompletedProcess:
 
 def test_every_generated_table_agrees_with_its_summaries():
     text = DOCS.read_text(encoding="utf-8")
-    names = re.findall(r"<!-- table: ([\w-]+) -->\n.*?<!-- /table: \1 -->", text, re.S)
+    names = re.findall(r"<!-- table: ([\w-]+) -->\n.*?<!-- /table: \1 -->", text, re.DOTALL)
     assert names, "docs/results.md holds no generated table"
     proc = _check(DOCS)
     assert proc.returncode == 0, proc.stderr
@@ -30,7 +30,7 @@ def test_every_generated_table_agrees_with_its_summaries():
 
 def test_a_changed_number_in_the_docs_fails(tmp_path):
     text = DOCS.read_text(encoding="utf-8")
-    block = re.search(r"<!-- table: ([\w-]+) -->\n(.*?)<!-- /table: \1 -->", text, re.S)
+    block = re.search(r"<!-- table: ([\w-]+) -->\n(.*?)<!-- /table: \1 -->", text, re.DOTALL)
     number = re.search(r"\d+\.\d", block[2])
     start = block.start(2) + number.start()
     changed = text[:start] + ("9" if text[start] != "9" else "8") + text[start + 1:]
