@@ -142,6 +142,11 @@ PRESETS: dict[str, dict] = {
     "paper-regime-variants": {"methods": {"grpo": ALLOCATION["grpo"], **VARIANTS},
                               "base": ["experiment=toy-paper-regime"], "steps": 150, "seeds": [100, 101],
                               "out": "outputs/paper-regime-pilot", "report": ["--tail-levels", "7-12", "--axis", "tokens"]},
+    # issue #48's pilot (docs/results.md, "A moving frontier (issue #48)"): GRPO only, seeds 100-101, candidate A as
+    # committed; candidates B and C are overrides after --
+    "moving-frontier-pilot": {"methods": {"grpo": ALLOCATION["grpo"]}, "base": ["experiment=toy-moving-frontier"],
+                              "steps": 300, "seeds": [100, 101], "out": "outputs/moving-frontier-pilot/A",
+                              "report": ["--tail-levels", "9", "--axis", "tokens"]},
     # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
     # the rows #31 did not have; #31's other rows are reused (unchanged code)
     "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},

@@ -1,0 +1,56 @@
+"""The moving-frontier pilot's criteria (issue #48; protocol in docs/results.md, "A moving frontier (issue #48)"),
+read from the pilot's GRPO run dirs:
+
+    python experiments/moving_frontier_pilot.py outputs/moving-frontier-pilot/A [--hard 9]
+
+Per run: the pool's share in accbin_0 and in accbin_0-2 after the first pass over the pool (``difficulty/pool/<bin>``
+at the step that ends the first epoch, ceil(train_size / prompts_per_step)) and at the last step; the held-out mean@8
+of the hardest levels at step 0 and at the end. Then whether each criterion holds in every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+
+def criteria(run: Path, hard: list[int]) -> dict:
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    cfg = json.loads((run / "run.json").read_text())["config"]
+    epoch = math.ceil(cfg["data"]["train_size"] / cfg["prompts_per_step"])
+    pool = {r["step"]: r for r in rows if any(k.startswith("difficulty/pool/") for k in r)}
+    last = max(pool)
+
+    def shares(row: dict) -> tuple[float, float]:
+        counts = {k.rsplit("/", 1)[1]: v for k, v in row.items() if k.startswith("difficulty/pool/")}
+        total = sum(counts.values())
+        return counts.get("0", 0.0) / total, sum(counts.get(str(b), 0.0) for b in (0, 1, 2)) / total
+
+    evals = [r for r in rows if all(f"eval/mean@8/level_{lv}" in r for lv in hard)]
+    tail = [sum(r[f"eval/mean@8/level_{lv}"] for lv in hard) / len(hard) for r in evals]
+    (b0_start, b02_start), (b0_end, b02_end) = shares(pool[epoch]), shares(pool[last])
+    return {"run": run.name, "epoch_step": epoch, "last_step": last, "accbin0_start": b0_start,
+            "accbin0_2_start": b02_start, "accbin0_end": b0_end, "accbin0_2_end": b02_end,
+            "hard_step0": tail[0], "hard_final": tail[-1], "hard_curve": [round(t, 1) for t in tail],
+            "c0_mostly_low": b02_start >= 0.5, "c1_accbin0_halves": b0_end <= 0.5 * b0_start,
+            "c2_hard_rises": tail[0] <= 5.0 and tail[-1] - tail[0] >= 10.0}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("sweep", type=Path)
+    ap.add_argument("--hard", type=int, nargs="+", default=[9], help="the hardest third of the levels")
+    args = ap.parse_args()
+    runs = sorted(p.parent for p in args.sweep.glob("*/metrics.jsonl"))
+    results = [criteria(r, args.hard) for r in runs]
+    for res in results:
+        print(json.dumps(res))
+    for c in ("c0_mostly_low", "c1_accbin0_halves", "c2_hard_rises"):
+        print(f"{c}: {'holds' if results and all(r[c] for r in results) else 'fails'} "
+              f"({sum(r[c] for r in results)}/{len(results)} runs)")
+
+
+if __name__ == "__main__":
+    main()
