@@ -84,7 +84,7 @@ def machine() -> str:
     tail = {g: {seed: final_tail(rows_of(s), (7, 8)) for seed, s in grp.items()} for g, grp in groups.items()}
     cpu = {g: sorted({f"{s['machine']['cpu']}, {s['machine']['cpu_capability']}" for s in grp.values()})
            for g, grp in groups.items()}
-    lines = [("| Dispatch | machine | seeds | final tail mean@8 (L7–8): mean ± 95% CI | s.d. | IQM [95% CI] | "
+    lines = [("| Dispatch | machine | seeds | final tail mean@8 (L7–8), primary: mean ± 95% CI | s.d. | IQM [95% CI] | "
              "seeds 0–7 | seeds 8–15 |"),
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for g, name in (("native", "native (gdro default)"), ("portable", "`GDRO_PORTABLE=1`")):
@@ -114,7 +114,7 @@ def machine() -> str:
         "| Paired by seed: portable − native | value |",
         "|---|---:|",
         f"| seeds paired | {len(common)} |",
-        f"| Δ final tail, mean ± 95% CI (t-test p) | {pt.mean:+.1f} ± {pt.half_width:.1f} (p {pt.p:.3f}) |",
+        f"| Δ final tail (primary), mean ± 95% CI (t-test p) | {pt.mean:+.1f} ± {pt.half_width:.1f} (p {pt.p:.3f}) |",
         f"| P(portable > native) [95% bootstrap CI] | {poi.point:.2f} [{poi.low:.2f}, {poi.high:.2f}] |",
         f"| seeds whose runs are identical to the bit | {same} of {len(common)} |",
         (f"| first step at which the pair's summaries differ (held-out evaluation, generated tokens, bins): median (range) | "
