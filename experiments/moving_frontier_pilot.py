@@ -1,7 +1,8 @@
 """The moving-frontier pilot's criteria (issue #48; protocol in docs/results.md, "A moving frontier (issue #48)"),
-read from the pilot's GRPO run dirs:
+read from the pilot's GRPO run dirs or their committed summaries (gdro/report/summary.py):
 
     python experiments/moving_frontier_pilot.py outputs/moving-frontier-pilot/A [--hard 9]
+    python experiments/moving_frontier_pilot.py experiments/results/moving-frontier-pilot/summaries.jsonl.gz
 
 Per run: the pool's share in accbin_0 and in accbin_0-2 after the first pass over the pool (``difficulty/pool/<bin>``
 at the step that ends the first epoch, ceil(train_size / prompts_per_step)) and at the last step; the held-out mean@8
@@ -15,10 +16,12 @@ import json
 import math
 from pathlib import Path
 
+from gdro.report.runs import SweepRun, scan_runs
+from gdro.report.summary import read_summaries
 
-def criteria(run: Path, hard: list[int]) -> dict:
-    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    cfg = json.loads((run / "run.json").read_text())["config"]
+
+def criteria(run: SweepRun, hard: list[int]) -> dict:
+    rows, cfg = run.rows, run.config
     epoch = math.ceil(cfg["data"]["train_size"] / cfg["prompts_per_step"])
     pool = {r["step"]: r for r in rows if any(k.startswith("difficulty/pool/") for k in r)}
     last = max(pool)
@@ -31,7 +34,7 @@ def criteria(run: Path, hard: list[int]) -> dict:
     evals = [r for r in rows if all(f"eval/mean@8/level_{lv}" in r for lv in hard)]
     tail = [sum(r[f"eval/mean@8/level_{lv}"] for lv in hard) / len(hard) for r in evals]
     (b0_start, b02_start), (b0_end, b02_end) = shares(pool[epoch]), shares(pool[last])
-    return {"run": run.name, "epoch_step": epoch, "last_step": last, "accbin0_start": b0_start,
+    return {"run": run.path.name, "epoch_step": epoch, "last_step": last, "accbin0_start": b0_start,
             "accbin0_2_start": b02_start, "accbin0_end": b0_end, "accbin0_2_end": b02_end,
             "hard_step0": tail[0], "hard_final": tail[-1], "hard_curve": [round(t, 1) for t in tail],
             "c0_mostly_low": b02_start >= 0.5, "c1_accbin0_halves": b0_end <= 0.5 * b0_start,
@@ -40,10 +43,10 @@ def criteria(run: Path, hard: list[int]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("sweep", type=Path)
+    ap.add_argument("sweep", type=Path, help="a sweep dir or a summaries file")
     ap.add_argument("--hard", type=int, nargs="+", default=[9], help="the hardest third of the levels")
     args = ap.parse_args()
-    runs = sorted(p.parent for p in args.sweep.glob("*/metrics.jsonl"))
+    runs = read_summaries(args.sweep)[0] if args.sweep.is_file() else scan_runs(args.sweep)[0]
     results = [criteria(r, args.hard) for r in runs]
     for res in results:
         print(json.dumps(res))

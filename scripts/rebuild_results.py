@@ -135,7 +135,33 @@ def machine() -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES: dict[str, Callable[[], str]] = {"machine": machine}
+# ------------------------------------------------------------------------------------------ #48's pilot
+def moving_frontier_pilot() -> str:
+    """GRPO on experiment=toy-moving-frontier (candidate A), seeds 100-101: the pilot's three criteria."""
+    sys.path.insert(0, str(REPO / "experiments"))
+    from moving_frontier_pilot import criteria
+
+    from gdro.report.summary import read_summaries as load
+
+    runs = load(RESULTS / "moving-frontier-pilot" / "summaries.jsonl.gz")[0]
+    res = [criteria(r, [9]) for r in runs]
+    lines = ["| Run | accbin_0 share: after the first pass (step 8) → step 300 | accbin_0–2 after the first pass | "
+             "L9 held-out mean@8: step 0 → final | L9 every 25 steps |",
+             "|---|---:|---:|---:|---|"]
+    for r in res:
+        lines.append(f"| GRPO, seed {r['run'].rsplit('_s', 1)[-1]} | {100 * r['accbin0_start']:.1f}% → "
+                     f"{100 * r['accbin0_end']:.1f}% | {100 * r['accbin0_2_start']:.1f}% | {r['hard_step0']:.1f} → "
+                     f"{r['hard_final']:.1f} | {' '.join(f'{v:.0f}' for v in r['hard_curve'])} |")
+    names = {"c0_mostly_low": "0. ≥ 50% of the pool in accbin_0–2 after the first pass",
+             "c1_accbin0_halves": "1. accbin_0's share at most halves by the last step",
+             "c2_hard_rises": "2. L9 ≤ 5 at step 0 and +10 points or more by the end"}
+    lines += ["", "| Criterion (each in both runs) | holds |", "|---|---|"]
+    lines += [f"| {text} | {'yes' if all(r[c] for r in res) else 'no'} ({sum(r[c] for r in res)}/{len(res)}) |"
+              for c, text in names.items()]
+    return "\n".join(lines) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot}
 BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table: (?P=name) -->", re.DOTALL)
 
 

@@ -127,11 +127,11 @@ def test_a_summary_holds_the_provenance_and_exactly_the_rows_read(rich: Path):
     assert s["config"] == meta["config"] and s["choices"] == meta["choices"] and s["overrides"] == ["seed=0", "steps=6"]
     assert s["status"] == "completed" and s["problems"] == [] and s["last_step"] == 6
     assert s["evaluation"]["k"] == 8 and s["evaluation"]["metrics"]["eval/pass@8"] == 55.5
-    # the rows, as the file has them, less the keys no report module reads; floats exact, NaN kept
+    # the rows, as the file has them, less the keys no report module or pilot reads; floats exact, NaN kept
     line = json.dumps(s)
     rows = _untable(json.loads(line)["metrics"])
-    kept = [{k: v for k, v in r.items() if not k.startswith(("train/", "time/", "reward/", "difficulty/pool/"))}
-            for r in run.rows]
+    kept = [{k: v for k, v in r.items() if not k.startswith(("train/", "time/", "reward/"))} for r in run.rows]
+    assert any(k.startswith("difficulty/pool/") for r in kept for k in r)  # the pool's bins (#48's pilot criteria)
     assert json.dumps(rows) == json.dumps(kept) and "NaN" in json.dumps(rows)
     assert [list(r) for r in rows] == [list(r) for r in kept]  # each row's key order too
     assert all(k.startswith(METRIC_KEYS) for r in rows for k in r)

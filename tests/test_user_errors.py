@@ -169,7 +169,7 @@ def test_bad_gdro_report_inputs_are_one_line(finished, tmp_path, monkeypatch, ca
         ([str(sweep), "--which", "worst"], 2, "invalid choice: 'worst'"),
         ([str(sweep), "--bogus"], 2, "unrecognized arguments: --bogus"),
         ([str(tmp_path / "nowhere")], 2, "no completed runs"),
-        ([], 2, "the following arguments are required: sweep_dir"),
+        ([], 2, "the following arguments are required: SWEEP_DIR"),
     ]
     for argv, status, says in cases:
         monkeypatch.setattr(sys, "argv", ["gdro-report", *argv])

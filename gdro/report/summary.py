@@ -47,7 +47,7 @@ SCHEMA = "gdro.run-summary/1"
 # tests/test_report_summary.py checks that every metric-key string in gdro/report/ falls under one.
 METRIC_KEYS = ("step", "eval/", "rollout/n_total", "rollout/len_mean", "compute/tokens_cum", "compute/rollouts",
                "compute/discarded_rollouts", "difficulty/batch", "difficulty/informative", "difficulty/wse_ratio",
-               "gdro/")
+               "difficulty/pool/", "gdro/")  # difficulty/pool/: the pool's bins, for pilots' criteria (issue #48)
 
 
 def _table(rows: list[dict]) -> dict[str, list]:
