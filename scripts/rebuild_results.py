@@ -145,8 +145,8 @@ def moving_frontier_pilot() -> str:
 
     runs = load(RESULTS / "moving-frontier-pilot" / "summaries.jsonl.gz")[0]
     res = [criteria(r, [9]) for r in runs]
-    lines = ["| Run | accbin_0 share: after the first pass (step 8) → step 300 | accbin_0–2 after the first pass | "
-             "L9 held-out mean@8: step 0 → final | L9 every 25 steps |",
+    lines = [("| Run | accbin_0 share: after the first pass (step 8) → step 300 | accbin_0–2 after the first pass | "
+              "L9 held-out mean@8: step 0 → final | L9 every 25 steps |"),
              "|---|---:|---:|---:|---|"]
     for r in res:
         lines.append(f"| GRPO, seed {r['run'].rsplit('_s', 1)[-1]} | {100 * r['accbin0_start']:.1f}% → "
