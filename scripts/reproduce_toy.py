@@ -180,7 +180,9 @@ def _argv(overrides: list[str], seed: int, steps: int, run_dir: Path, extra: lis
 
 def _preload() -> None:
     """Import, once, what every run imports; runs forked from this process then start without it."""
-    import gdro  # noqa: F401  (first: GDRO_PORTABLE=1 pins the CPU code paths before torch loads; gdro/portable.py)
+    import gdro  # first: GDRO_PORTABLE=1 pins the CPU code paths before torch loads; gdro/portable.py)
+
+    # isort: split
     import datasets  # noqa: F401
     import math_verify  # noqa: F401
     import torch  # noqa: F401  (no torch op runs here: the forked runs start their own thread pools)
