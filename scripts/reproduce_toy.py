@@ -123,6 +123,27 @@ PAPER_REGIME: dict[str, list[str]] = {
     "learnability": ["sampler=learnability", "allocator=fixed"],
     "mopps": ["sampler=mopps", "allocator=fixed"],
 }
+# --preset moving-frontier (issue #48 item 4): experiment=toy-moving-frontier, the rows its protocol in docs/results.md
+# ("A moving frontier (issue #48)": "The table's protocol") fixes before any row runs; arms [2, 12] (3 × n̄) for every
+# allocator row. LEARNABILITY_WINDOW is set by the learnability pilot (--preset moving-frontier-learnability, seeds
+# 100-101, never table seeds) before the table's rows run.
+LEARNABILITY_PILOT: dict[str, list[str]] = {
+    f"learnability-w{w}": ["sampler=learnability", f"sampler.window={w}", "allocator=fixed"] for w in (2, 4)}
+LEARNABILITY_WINDOW: int | None = None  # the pilot's choice; None until it has run
+MOVING_FRONTIER: dict[str, list[str]] = {
+    "grpo": ALLOCATION["grpo"],
+    "zero-variance": ["sampler=uniform", "allocator=zero-variance", *N_MAX_A],
+    "skip": ALLOCATION["skip"],
+    "knapsack": ALLOCATION["knapsack"],
+    "rollout-gdro": ALLOCATION["rollout-gdro"],
+    "rgdro-frozen": VARIANTS["rgdro-frozen"],
+    "rgdro-paper-preset": VARIANTS["rgdro-paper-preset"],
+    "prompt-gdro": ALLOCATION["prompt-gdro"],
+    **({f"learnability-w{LEARNABILITY_WINDOW}": LEARNABILITY_PILOT[f"learnability-w{LEARNABILITY_WINDOW}"]}
+       if LEARNABILITY_WINDOW else {}),
+    "mopps": PAPER_REGIME["mopps"],
+    "mopps-decay": ["sampler=mopps", "sampler.decay=0.5", "sampler.candidate_ratio=8", "allocator=fixed"],
+}
 PRESETS: dict[str, dict] = {
     "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
     "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150,
@@ -147,6 +168,12 @@ PRESETS: dict[str, dict] = {
     "moving-frontier-pilot": {"methods": {"grpo": ALLOCATION["grpo"]}, "base": ["experiment=toy-moving-frontier"],
                               "steps": 300, "seeds": [100, 101], "out": "outputs/moving-frontier-pilot/A",
                               "report": ["--tail-levels", "9", "--axis", "tokens"]},
+    "moving-frontier-learnability": {"methods": LEARNABILITY_PILOT, "base": ["experiment=toy-moving-frontier"],
+                                     "steps": 300, "seeds": [100, 101], "out": "outputs/moving-frontier-pilot/A",
+                                     "report": ["--tail-levels", "8-9", "--axis", "tokens"]},
+    "moving-frontier": {"methods": MOVING_FRONTIER, "base": ["experiment=toy-moving-frontier"], "steps": 300,
+                        "seeds": list(range(10)), "out": "outputs/moving-frontier",
+                        "report": ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"]},
     # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
     # the rows #31 did not have; #31's other rows are reused (unchanged code)
     "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},
