@@ -161,7 +161,32 @@ def moving_frontier_pilot() -> str:
     return "\n".join(lines) + "\n"
 
 
-TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot}
+def report_tables(summaries: Path, options: list[str], name: str = "compute.md") -> str:
+    """The tables of one gdro-report output file (``compute.md``: Holm columns and the primary endpoint's IQM and
+    P(> GRPO)) for a committed summaries file and gdro-report options."""
+    import contextlib
+    import io
+    import tempfile
+
+    from gdro.report import main as report_main
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        if report_main([str(summaries), *options, "--out", tmp]) != 0:
+            raise SystemExit(f"rebuild_results: gdro-report {summaries} failed")
+        text = (Path(tmp) / name).read_text(encoding="utf-8")
+    kept = "\n".join(line for line in text.splitlines() if line.startswith("|") or not line.strip()).strip()
+    return re.sub(r"\n{3,}", "\n\n", kept) + "\n"
+
+
+def moving_frontier_learnability() -> str:
+    """Learnability at windows 2 and 4 against GRPO, seeds 100-101 (the pilot that sets the table's window)."""
+    return report_tables(RESULTS / "moving-frontier-learnability" / "summaries.jsonl.gz",
+                         ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"])
+
+
+TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot,
+                                        "moving-frontier-learnability": moving_frontier_learnability}
 BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table: (?P=name) -->", re.DOTALL)
 
 
