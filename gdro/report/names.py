@@ -27,6 +27,9 @@ DISPLAY_NAMES = {
     "rgdro-variance-rest": "Rollout-GDRO, variance signal, μ against the rest mean",
     "uniform+fixed+greso": "Pre-rollout skip (GRESO-style)",
     "skip": "Pre-rollout skip (GRESO-style)",
+    "learnability-w2": "Learnability (LILO), window 2",
+    "learnability-w4": "Learnability (LILO), window 4",
+    "mopps-decay": "MoPPS, λ 0.5, ts_ratio 8",
     "uniform+zero-variance": "Zero-variance control (n_min to all-equal prompts)",
     "zero-variance": "Zero-variance control (n_min to all-equal prompts)",
 }
