@@ -39,3 +39,23 @@ def test_a_changed_number_in_the_docs_fails(tmp_path):
     proc = _check(docs)
     assert proc.returncode == 1
     assert f"table {block[1]!r} differs from its summaries (numbers changed)" in proc.stderr
+
+
+def test_every_table_is_rebuilt_or_marked_not_recomputable():
+    """Each markdown table of docs/results.md is a generated block (rebuilt from summaries), the Holm table derived
+    from the printed numbers (scripts/holm_printed.py), or carries the plain "Not recomputable" line above it."""
+    lines = DOCS.read_text(encoding="utf-8").splitlines()
+    inside, unmarked, starts = None, [], 0
+    for i, line in enumerate(lines):
+        if m := re.match(r"<!-- (?:table: ([\w-]+)|holm-printed: begin) -->", line):
+            inside = m[1] or "holm-printed"
+        elif re.match(r"<!-- (?:/table: [\w-]+|holm-printed: end) -->", line):
+            inside = None
+        is_start = line.startswith("|") and not (i and lines[i - 1].startswith("|"))
+        if not is_start or inside:
+            continue
+        starts += 1
+        above = next((x for x in reversed(lines[:i]) if x.strip()), "")
+        if not above.startswith("> **Not recomputable:**"):
+            unmarked.append(f"line {i + 1}: {line[:60]}")
+    assert starts > 10 and not unmarked, unmarked
