@@ -185,8 +185,59 @@ def moving_frontier_learnability() -> str:
                          ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"])
 
 
+def against_control(summaries: Path, levels: list[int], control: str, baseline: str = "uniform+fixed") -> str:
+    """Each row minus the ``control`` row on the primary endpoint (the area under the held-out tail mean@8 curve
+    against generated tokens, up to the pair's smaller total, as compute.md pairs with GRPO), paired by seed, Holm
+    over the rows (gdro/report/stats.py): issue #48's rule that a gain counts beyond "stop spending on the wall"
+    only where it beats the zero-variance control."""
+    from gdro.report.compute import area, curve
+    from gdro.report.names import _method_rank, display_name
+    from gdro.report.paired import add_tail_metrics, tail_name
+    from gdro.report.stats import holm
+    from gdro.report.summary import read_summaries as load
+
+    runs = load(summaries)[0]
+    add_tail_metrics(runs, levels)
+    key = f"eval/mean@8/{tail_name(levels)}"
+    by: dict[str, dict] = {}
+    for r in runs:
+        by.setdefault(r.method, {})[r.seed] = r
+    if control not in by:
+        raise SystemExit(f"rebuild_results: {summaries} holds no run of the control {control!r}")
+    rows = [m for m in sorted(by, key=_method_rank) if m not in (control, baseline)]
+    family = []
+    for m in rows:
+        diffs = []
+        for seed in sorted(set(by[m]) & set(by[control])):
+            (xa, ya), (xc, yc) = curve(by[m][seed], key, "tokens"), curve(by[control][seed], key, "tokens")
+            if len(xa) and len(xc):
+                x = min(xa[-1], xc[-1])
+                a, c = area(xa, ya, x), area(xc, yc, x)
+                diffs.append(None if a is None or c is None else a - c)
+        family.append(diffs)
+    cells = holm(family)
+    out = [f"| Row minus {display_name(control)} | pairs | Δ area, Holm-consistent CI (p_H) | beats the control? |",
+           "|---|---:|---:|---|"]
+    for m, c in zip(rows, cells):
+        verdict = ("yes" if c.reject and c.mean > 0 else "no: behind it" if c.reject else "no: its equal")
+        p = "–" if not math.isfinite(c.p_holm) else f"{c.p_holm:.3f}"
+        out.append(f"| {display_name(m)} | {c.n} | {c.mean:+.1f} ± {c.half_width:.1f} (p_H {p}) | {verdict} |")
+    return "\n".join(out) + "\n"
+
+
+def moving_frontier() -> str:
+    """Issue #48's table: every row against GRPO (compute.md: Holm over the rows, the primary endpoint's IQM and
+    P(> GRPO)), against the zero-variance control, and whether its budget follows the frontier (wave.md)."""
+    path = RESULTS / "moving-frontier" / "summaries.jsonl.gz"
+    opts = ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"]
+    return "\n".join([report_tables(path, opts), against_control(path, [8, 9], "zero-variance"),
+                      report_tables(path, opts, "wave.md")])
+
+
 TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot,
                                         "moving-frontier-learnability": moving_frontier_learnability}
+if (RESULTS / "moving-frontier" / "summaries.jsonl.gz").is_file():  # once the table's runs are committed
+    TABLES["moving-frontier"] = moving_frontier
 BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table: (?P=name) -->", re.DOTALL)
 
 
