@@ -28,7 +28,8 @@ from pathlib import Path
 
 import numpy as np
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
+
+from gdro.report.stats import holm_adjust
 
 ALPHA = 0.05
 PRINTED = Path(__file__).resolve().parent.parent / "experiments" / "results" / "printed"
@@ -119,13 +120,13 @@ def holm_family(cells: list[Cell], alpha: float = ALPHA) -> list[Corrected]:
     se = np.array([float(c.half_width) / stats.t.ppf(0.975, c.n - 1) for c in cells])
     t = np.array([float(c.mean) for c in cells]) / se
     p = np.array([p_value(float(c.mean), float(c.half_width), c.n) for c in cells])
-    reject, p_holm, _, _ = multipletests(p, alpha=alpha, method="holm")
+    reject, p_holm = holm_adjust(p, alpha)
     robust = []
     for j, c in enumerate(cells):
         mean, hw = abs(float(c.mean)), float(c.half_width)
         dm, dh = half_unit(c.mean), half_unit(c.half_width)
         ends = (p_value(mean + dm, max(hw - dh, 1e-12), c.n), p_value(max(mean - dm, 0.0), hw + dh, c.n))
-        robust.append(all(multipletests(np.where(np.arange(len(p)) == j, q, p), alpha=alpha, method="holm")[0][j]
+        robust.append(all(holm_adjust(np.where(np.arange(len(p)) == j, q, p), alpha)[0][j]
                           == reject[j] for q in ends))
     m, r = len(cells), int(reject.sum())
     order = np.argsort(p, kind="stable")

@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import warnings
 from collections.abc import Iterator, Sequence
@@ -103,11 +104,25 @@ class HolmCell(NamedTuple):
     reject: bool  # Holm rejects mean 0 at alpha
 
 
+def holm_adjust(pvals: Sequence[float], alpha: float = ALPHA) -> tuple[np.ndarray, np.ndarray]:
+    """Holm's decisions at ``alpha`` and adjusted p-values: ``statsmodels.stats.multitest.multipletests(method=
+    "holm")``. Its Holm branch calls ``gc.collect()`` on every call, which takes 0.1-0.8 s in a process that holds
+    torch; the objects alive before the call are frozen out of that collection (``gc.freeze``; nothing the call
+    computes depends on it) and unfrozen after."""
+    from statsmodels.stats.multitest import multipletests
+
+    gc.freeze()
+    try:
+        reject, p_adj, _, _ = multipletests(np.asarray(pvals, dtype=float), alpha=alpha, method="holm")
+    finally:
+        gc.unfreeze()
+    return reject, p_adj
+
+
 def holm(family: Sequence[Sequence[float | None]], alpha: float = ALPHA) -> list[HolmCell]:
     """Holm over the comparisons of ``family`` (each a list of paired differences), with Holm-consistent
     intervals (see the module docstring). A comparison with n < 2 or an undefined p is left out of the family:
     its ``p_holm`` and ``level`` are NaN and ``reject`` is False."""
-    from statsmodels.stats.multitest import multipletests
 
     tests = [paired_test(d) for d in family]
     out = [HolmCell(t.mean, t.half_width, t.n, t.p, math.nan, math.nan, False) for t in tests]
@@ -115,7 +130,7 @@ def holm(family: Sequence[Sequence[float | None]], alpha: float = ALPHA) -> list
     if not members:
         return out
     pvals = np.asarray([tests[i].p for i in members])
-    reject, p_adj, _, _ = multipletests(pvals, alpha=alpha, method="holm")
+    reject, p_adj = holm_adjust(pvals, alpha)
     m, r = len(members), int(reject.sum())
     for rank, j in enumerate(np.argsort(pvals, kind="stable"), start=1):
         level = 1.0 - (alpha / (m - rank + 1) if rank <= r else alpha / (m - r))
