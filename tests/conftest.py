@@ -8,6 +8,7 @@ for itself), and naming one by its test id (``file.py::test``) runs it. ``.ci/ru
 from __future__ import annotations
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -19,7 +20,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from absl import logging as absl_logging
 from hydra import compose, initialize_config_dir
+
+# rliable (gdro/report/stats.py) imports absl, whose logging handler keeps the sys.stderr of the moment absl loads and
+# closes it when logging shuts its handlers down, unless it is the sys.stderr of that later moment. Hydra's job
+# logging does that shut-down (logging.config.dictConfig) in every in-process gdro-train; under capsys, sys.stderr is
+# then capsys's, so absl would close pytest's own capture stream and every later test of the process would fail with
+# "I/O operation on closed file". sys.__stderr__ is never closed by it.
+absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
