@@ -15,7 +15,6 @@ summaries are written by ``gdro-report SWEEP_DIR --summaries experiments/results
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import re
@@ -29,21 +28,19 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gdro.report.stats import iqm_ci, mean_ci, paired_test, probability_of_improvement, t_quantile
+from gdro.report.summary import _lines, _untable
 
 RESULTS = REPO / "experiments" / "results"
 DOCS = REPO / "docs" / "results.md"
 
 
 def read_summaries(path: Path) -> list[dict]:
-    """The raw summaries of a committed file (gzip'd or not), one dict per run."""
-    data = path.read_bytes()
-    text = (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode("utf-8")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    """The raw summaries of a committed file (gzip'd or not), one dict per run (gdro/report/summary.py's reader)."""
+    return [json.loads(line) for line in _lines(path) if line.strip()]
 
 
 def rows_of(summary: dict) -> list[dict]:
-    m = summary["metrics"]
-    return [{m["keys"][k]: v for k, v in zip(m["shapes"][row[0]], row[1:])} for row in m["rows"]]
+    return _untable(summary["metrics"])
 
 
 def final_tail(rows: list[dict], levels: tuple[int, ...], k: int = 8) -> float:
