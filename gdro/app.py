@@ -114,17 +114,71 @@ def job_log_files_closed() -> Iterator[None]:
                 handler.close()
 
 
-def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None]) -> str:
-    """One line for an error Hydra raises while composing (its own messages span several lines)."""
+def _options_having(key: str, job: list[str], choices: dict | None = None) -> str:
+    """`` (a key of allocator=rollout-gdro, allocator=knapsack; this run has allocator=fixed)`` when ``key``
+    (``group.name``) is a key of other options of its config group; "" when no option has it."""
+    group, _, name = key.partition(".")
+    folder = Path(CONF_DIR) / group
+    if not name or not folder.is_dir():
+        return ""
+    having = []
+    for path in sorted(folder.glob("*.yaml")):
+        try:
+            node = OmegaConf.load(path)
+        except Exception:  # noqa: BLE001 - a damaged option file is reported when it is chosen, not here
+            node = None
+        if isinstance(node, DictConfig) and name.split(".")[0] in node:
+            having.append(f"{group}={path.stem}")
+    if not having:
+        return ""
+    chosen = (choices or {}).get(group) or next((o.split("=", 1)[1] for o in job if o.split("=", 1)[0] == group), None)
+    method = (choices or {}).get("method") or next((o.split("=", 1)[1] for o in job if o.startswith("method=")), None)
+    here = f"; this run has {group}={chosen}" if chosen else ""
+    if method and chosen:
+        picks = _method_choices(method)
+        if picks.get(group) == chosen:
+            here += f", from method={method}"
+        elif group in picks:
+            here += f", given after method={method}, which picks {group}={picks[group]}"
+    return f" (a key of {', '.join(having)} only{here})"
+
+
+def _method_choices(method: str) -> dict[str, str]:
+    """The group options ``conf/method/<method>.yaml`` picks (its ``override /group: option`` lines)."""
+    try:
+        defaults = OmegaConf.load(Path(CONF_DIR) / "method" / f"{method}.yaml").get("defaults") or []
+    except Exception:  # noqa: BLE001 - no such method: Hydra says so first
+        return {}
+    picks = {}
+    for entry in defaults:
+        for key, value in (entry.items() if isinstance(entry, DictConfig) else []):
+            picks[str(key).removeprefix("override ").lstrip("/")] = str(value)
+    return picks
+
+
+def _in_sweep_job(line: str, job: list[str] | None, overrides: list[str]) -> str:
+    """``line`` led by ``sweep job allocator=fixed seed=0: `` (the values this job of a sweep takes for the swept
+    keys) unless it already names one of them; ``line`` itself outside a sweep (``job`` None)."""
+    if job is None:
+        return line
+    swept = {o.split("=", 1)[0].lstrip("+~") for o in overrides if "," in o.split("=", 1)[-1]}
+    taken = [o for o in job if o.split("=", 1)[0].lstrip("+~") in swept]
+    return line if any(t in line for t in taken) else f"sweep job {' '.join(taken) or ' '.join(job)}: {line}"
+
+
+def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfig | None],
+                      job: list[str]) -> tuple[str, str]:
+    """One line for an error Hydra raises while composing (its own messages span several lines): the message and a
+    hint to follow it (the options that have an unknown key, or the closest valid key)."""
     from hydra.errors import MissingConfigException, OverrideParseException
     from omegaconf.errors import ConfigAttributeError, ConfigKeyError
 
     cause = err.__cause__
     if isinstance(err, MissingConfigException) and err.missing_cfg_file and err.options is not None:
         group, _, option = err.missing_cfg_file.rpartition("/")
-        return f"{group}={option}: no such option (available: {', '.join(err.options)})"
+        return f"{group}={option}: no such option (available: {', '.join(err.options)})", ""
     if isinstance(err, OverrideParseException):
-        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}"
+        return f"cannot parse override '{err.override}': {str(err).splitlines()[0]}", ""
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
         # `key=value` for a key that is not there (Hydra: "Could not override"; `+key=value` reaches the validator)
         key = str(cause.full_key)
@@ -133,9 +187,10 @@ def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfi
         node = OmegaConf.select(cfg, parent) if cfg is not None and parent else cfg
         valid = [str(k) for k in node if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
         close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-        return f"unknown key '{key}'" + (f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else "")
+        hint = f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else ""
+        return f"unknown key '{key}'", _options_having(key, job) or hint
     key = getattr(err, "full_key", None)
-    return f"{key}: {err}" if key else str(err)
+    return (f"{key}: {err}" if key else str(err)), ""
 
 
 def _sweep_jobs(overrides: list[str]) -> list[list[str]] | None:
@@ -201,11 +256,20 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
         except (HydraException, OmegaConfBaseException) as err:
             if os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise
-            fail(_hydra_error_line(err, compose_without(job)))
+            line, hint = _hydra_error_line(err, compose_without(job), job)
+            fail(_in_sweep_job(line, job if multirun else None, overrides) + hint)
         HydraConfig.instance().set_config(cfg)  # `${hydra:...}` resolves as it will in the job
         try:
             with user_errors():
-                check(cfg)
+                try:
+                    check(cfg)
+                except ValueError as err:  # ConfigError: the key's other options, the sweep's job
+                    if not multirun and not getattr(err, "key", None):
+                        raise
+                    choices = OmegaConf.to_container(cfg.hydra.runtime.choices)
+                    hint = _options_having(err.key, job, choices) if getattr(err, "key", None) else ""
+                    line = str(err).split(" (", 1)[0] if hint else str(err)
+                    raise type(err)(_in_sweep_job(line, job if multirun else None, overrides) + hint) from err
         finally:
             HydraConfig.instance().cfg = None  # Hydra sets it again for the job
     return None if multirun else cfg

@@ -137,14 +137,14 @@ def check_engine(engine_cfg: Any) -> None:
 def wandb_identity(choices: dict[str, str] | None, seed: int) -> tuple[str | None, tuple[str, ...]]:
     """The W&B group and tags of a run: in a Hydra multirun the sweep's name (the name of its dir) is the group, so
     a sweep is one W&B group; the tags are the config choices that tell runs apart (``sampler:prompt-gdro``,
-    ``allocator:fixed``, ``model:qwen3-1.7b``, ``experiment:paper``, ...) and the seed."""
+    ``allocator:fixed``, ``model:qwen3-1.7b``, ``experiment:paper``, ``method:knapsack``, ...) and the seed."""
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     group = None
     if HydraConfig.initialized() and HydraConfig.get().mode == RunMode.MULTIRUN:
         group = Path(str(HydraConfig.get().sweep.dir)).name
-    keys = ("experiment", "model", "data", "sampler", "allocator", "rollout")
+    keys = ("experiment", "method", "model", "data", "sampler", "allocator", "rollout")
     tags = tuple(f"{k}:{choices[k]}" for k in keys if choices and choices.get(k) not in (None, "null"))
     return group, (*tags, f"seed:{seed}")
 
@@ -155,6 +155,8 @@ def run_name(choices: dict[str, str] | None, seed: int) -> str:
         return f"gdro-s{seed}"
     keys = ("model", "data", "sampler", "allocator")
     parts = [str(choices[k]) for k in keys if choices.get(k)]
+    if choices.get("method") not in (None, "null"):
+        parts.insert(0, str(choices["method"]))
     if choices.get("experiment") not in (None, "null"):
         parts.insert(0, str(choices["experiment"]))
     return "-".join(parts + [f"s{seed}"])

@@ -37,6 +37,7 @@ from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's s
     user_errors,
 )
 from gdro.interrupt import BEFORE_THE_RUN, say
+from gdro.run import sweep_record
 
 if TYPE_CHECKING:
     from gdro.run.lock import RunDirLock
@@ -129,10 +130,16 @@ class SweepReport(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: object) -> None:
         _check_job_dirs()  # a job whose run dir cannot be created is reported too, not fatal
         sweep_dir = Path(str(config.hydra.sweep.dir)).absolute()
+        sweep_record.keep_first(sweep_dir)  # a second -m into this dir keeps the first's multirun.yaml
         os.environ[SWEEP_REPORT_ENV] = str(sweep_dir / f".gdro-sweep-{os.getpid()}-{os.urandom(4).hex()}.jsonl")
         _sweep_failures.clear()
 
+    def on_job_start(self, config: DictConfig, **kwargs: object) -> None:
+        if config.hydra.mode == RunMode.MULTIRUN:  # the sweeper has written its multirun.yaml by now
+            sweep_record.restore_first(Path(str(config.hydra.sweep.dir)).absolute())
+
     def on_multirun_end(self, config: DictConfig, **kwargs: object) -> None:
+        sweep_record.restore_first(Path(str(config.hydra.sweep.dir)).absolute())
         path = Path(os.environ.pop(SWEEP_REPORT_ENV, ""))
         if not path.name or not path.is_file():
             return

@@ -197,7 +197,9 @@ def check_keys(keys: Iterable[str], valid: Iterable[str], prefix: str = "", *, e
         if not hint:
             where = f" of {prefix.rstrip('.')}" if prefix else ""
             hint = f" (valid keys{where}: {listed})" if listed else f" ({prefix.rstrip('.')} takes no keys)"
-        raise ConfigError(f"unknown key '{prefix}{key}'{hint}")
+        err = ConfigError(f"unknown key '{prefix}{key}'{hint}")
+        err.key = f"{prefix}{key}"  # read by gdro.app.precheck, which names the options that have it
+        raise err
 
 
 def _source(node: DictConfig, key: str) -> str:

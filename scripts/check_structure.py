@@ -42,7 +42,7 @@ LIFECYCLE_ELSEWHERE = {"CheckpointConfig", "LockConfig", "CheckpointError", "Run
 FLOORS = {
     0: ["interfaces", "interrupt", "loss", "grading.passk", "controllers.bins", "controllers.bandit", "controllers.budget",
         "controllers.knapsack",
-        "validate", "run.seeding", "portable"],  # records, contracts, math, seeds, the CPU code paths
+        "validate", "run.seeding", "portable", "resolvers"],  # records, contracts, math, seeds, the CPU code paths
     1: ["controllers"],  # stateful controllers
     2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
     3: ["models", "rollout", "evaluation.heldout", "run.settings"],  # models and rollout engines; the run settings (device check)

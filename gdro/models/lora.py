@@ -9,9 +9,17 @@ parts of a run that meet them:
 * an engine with weights of its own (vLLM) gets the merged weights ``W + (α/r)·B·A`` at each sync
   (:func:`merged_state_dict`), computed beside the model, which is never merged in place (a merge and unmerge
   would round the base weights);
-* a checkpoint holds the whole state (base, adapters, optimiser over the adapters), so a resume is exact;
-* the final save is a HF dir of the merged weights (``model.name_or_path=<dir>`` loads it) and, in ``adapter/``,
-  the adapter in PEFT's format (``peft.PeftModel.from_pretrained(base, "<dir>/adapter")``).
+* a training checkpoint holds the adapters, the optimiser over them and a reference to the base weights with
+  their checksum, not the base itself (:mod:`gdro.run.checkpoint_lora`): on resume the base is loaded from the model
+  dir as at the start, checked against the checksum (a changed base is refused in one line) and the adapters are
+  loaded beside it (:func:`add_adapters`' load hook), so a resume is exact; a checkpoint of an older gdro, holding the
+  base too, still loads;
+* the final save stays a HF dir of the merged weights (``model.name_or_path=<dir>`` loads it, no base needed) and,
+  in ``adapter/``, the adapter in PEFT's format (``peft.PeftModel.from_pretrained(base, "<dir>/adapter")``).
+
+:func:`add_adapters` logs once what trains (SmolLM2-135M): ``LoRA r=8 alpha=16 dropout=0 on all-linear ([q_proj,
+k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]: 210 layers): 2,442,240 trainable of 136,957,248 parameters
+(1.78%)``.
 
 As TRL's ``peft_config`` and verl's ``lora_rank``: ``r`` (0: full fine-tuning), ``alpha``, ``dropout`` and
 ``target_modules`` (``all-linear``: every linear layer but the output head, or a list of module names).
@@ -21,12 +29,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Mapping
+import logging
+from collections.abc import Iterator, Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+log = logging.getLogger(__name__)
 
 ADAPTER = "default"  # peft's adapter name
 ADAPTER_DIR = "adapter"  # the final save's subdirectory holding the adapter (PEFT format)
@@ -144,7 +155,46 @@ def add_adapters(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     for name, p in model.named_parameters():
         p.requires_grad_(".lora_" in name)
     model.gdro_lora = cfg  # the config the adapter is saved with
+    model.register_load_state_dict_pre_hook(_base_from_model)  # a lean checkpoint's policy state (adapters only)
+    log.info("%s", trainable_text(model, spec))
     return model
+
+
+def trainable_text(model: torch.nn.Module, spec: LoraSpec) -> str:
+    """One line of what a LoRA policy trains: ``LoRA r=8 alpha=16 dropout=0 on all-linear ([q_proj, ...]: 210
+    layers): N trainable of M parameters (x%)``: the adapted layers' names and count (tied weights counted once)."""
+    layers = [name for name, _ in _lora_layers(model)]
+    names = list(dict.fromkeys(n.rpartition(".")[2] for n in layers))
+    params = list(model.parameters())
+    trainable, total = sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
+    return (f"LoRA r={spec.r} alpha={spec.alpha:g} dropout={spec.dropout:g} on {targets_text(spec.target_modules)} "
+            f"([{', '.join(names)}]: {len(layers)} layers): {trainable:,} trainable of {total:,} parameters "
+            f"({100 * trainable / max(total, 1):.2f}%)")
+
+
+def _base_from_model(module: torch.nn.Module, state_dict: MutableMapping[str, Any], prefix: str, *_: Any) -> None:
+    """``load_state_dict``'s pre-hook of a LoRA policy: a lean policy state (a checkpoint's adapters and, under
+    ``BASE_REF``, the checksum of the base they were trained on; gdro.run.checkpoint_lora) gets the base weights
+    from ``module`` itself, once their checksum is found equal; else one line refuses the resume. A whole state
+    (an older checkpoint) loads as it is."""
+    from gdro.run.checkpoint_lora import BASE_REF, is_adapter_key, state_digest
+
+    ref = state_dict.pop(prefix + BASE_REF, None)
+    if ref is None:
+        return
+    own = {k: t for k, t in module.state_dict().items() if not is_adapter_key(k) and isinstance(t, torch.Tensor)}
+    digest = state_digest(own)
+    if digest != ref.get("sha256"):
+        from gdro.run.checkpoint import CheckpointError
+
+        base = getattr(getattr(module, "config", None), "_name_or_path", None) or "the model"
+        raise CheckpointError(Path(str(ref.get("checkpoint", "the checkpoint"))),
+                              f"the base weights changed: its LoRA adapters were trained on base weights with sha256 "
+                              f"{str(ref.get('sha256'))[:16]}... but {base} loads with {digest[:16]}...; a LoRA "
+                              "checkpoint holds only the adapters, so it resumes only on the base weights it was "
+                              "trained on (the same model.name_or_path or model.fallback dir, unchanged)")
+    for k, t in own.items():
+        state_dict.setdefault(prefix + k, t)
 
 
 def has_adapters(model: Any) -> bool:

@@ -1,6 +1,11 @@
 """Where a model's weights are read from: its name resolved (``tiny``, the rehearsal model, a hub id or a local
 dir), the hub asked whether the model can be had here, the local copy ``model.fallback`` used where it cannot, and
-what run.json records of it (:func:`model_provenance`)."""
+what run.json records of it (:func:`model_provenance`).
+
+Where a fallback is configured, the hub is first probed once, with a single request of at most
+``_PROBE_TIMEOUT_S`` seconds and no retries (:func:`hub_unreachable`): a machine without network (no DNS, no route,
+a firewall) starts from its local copy within seconds, with one log line naming the weights, instead of after
+huggingface_hub's five retries with back-off (~23 s of warnings, issue #49)."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import functools
 import json
 import logging
 import os
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -53,13 +59,24 @@ def _model_path(name_or_path: str, revision: str | None, fallback: str | None) -
     problem = hub_problem(path, revision)
     if problem is None:
         return path
-    log.warning("model %s cannot be had here (%s): using its local copy %s (model.fallback)", path, problem, fallback)
+    log.warning("model %s cannot be had here (%s): using its local copy %s (model.fallback%s)", path, problem,
+                fallback, _what(fallback))
     return fallback
+
+
+def _what(local_dir: str) -> str:
+    """``: <what>`` of a local copy's ``gdro_source.json`` (how gdro built it: scripts/get_smollm2.py), else ''."""
+    try:
+        what = json.loads((Path(local_dir) / "gdro_source.json").read_text(encoding="utf-8")).get("what")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return f": {what}" if isinstance(what, str) and what else ""
 
 
 def hub_problem(repo_id: str, revision: str | None = None) -> str | None:
     """Why the hub model ``repo_id`` cannot be had here, in a few words (None: its ``config.json`` is in the local
-    Hugging Face cache, or the hub answered within ``_HUB_TIMEOUT_S``)."""
+    Hugging Face cache, or the hub answered within ``_HUB_TIMEOUT_S``). A hub that cannot be reached at all
+    (:func:`hub_unreachable`) is told in seconds, before huggingface_hub's own download would retry it for ~23 s."""
     from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
     try:
@@ -69,11 +86,46 @@ def hub_problem(repo_id: str, revision: str | None = None) -> str | None:
         return f"not a hub id: {err}"
     if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes", "on"):
         return "not in the local Hugging Face cache, and HF_HUB_OFFLINE is set"
+    unreachable = hub_unreachable(repo_id, revision)
+    if unreachable is not None:
+        return f"not in the local Hugging Face cache, and the hub cannot be reached: {unreachable}"
     try:
         hf_hub_download(repo_id, "config.json", revision=revision, etag_timeout=_HUB_TIMEOUT_S)
     except Exception as err:  # noqa: BLE001 -- any failure to fetch (network, auth, a missing repo) means "not here"
         return f"not in the local cache, and fetching it failed: {type(err).__name__}"
     return None
+
+
+_PROBE_TIMEOUT_S = 3.0  # how long the one request of hub_unreachable may take (DNS, connect and answer together)
+
+
+def hub_unreachable(repo_id: str, revision: str | None = None, timeout: float = _PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached from here, in a few words (None: it answered, whatever the answer): one HEAD
+    request for ``repo_id``'s ``config.json`` through huggingface_hub's own client (its endpoint, ``HF_ENDPOINT``,
+    proxies and headers), no retries, given ``timeout`` seconds in all -- a resolver that hangs included (the request
+    runs in a daemon thread)."""
+    from urllib.parse import quote
+
+    from huggingface_hub import constants
+    from huggingface_hub.utils import get_session
+
+    url = f"{constants.ENDPOINT}/{repo_id}/resolve/{quote(revision or constants.DEFAULT_REVISION, safe='')}/config.json"
+    outcome: list[BaseException | None] = []
+
+    def ask() -> None:
+        try:
+            get_session().request("HEAD", url, timeout=timeout, follow_redirects=False)
+            outcome.append(None)
+        except Exception as err:  # noqa: BLE001 -- any failure to get an answer means "unreachable"
+            outcome.append(err)
+
+    thread = threading.Thread(target=ask, name="gdro-hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        return f"no answer from {constants.ENDPOINT} within {timeout:g} s"
+    err = outcome[0]
+    return None if err is None else f"{type(err).__name__}: {' '.join(str(err).split()) or 'no detail'}"
 
 
 def model_provenance(spec: WeightsSource) -> dict[str, Any]:

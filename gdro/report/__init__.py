@@ -114,6 +114,7 @@ from gdro.report.paired import (
     tail_name,
 )
 from gdro.report.paper_plots import write_paper_figures
+from gdro.report.presets import tail_levels_or_preset
 from gdro.report.runs import (
     STATUSES,
     Skipped,
@@ -318,6 +319,7 @@ def _main(argv: list[str] | None) -> int:
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
                   "its runs are pooled as independent samples", file=sys.stderr)
     summaries = _summaries(args, runs, root)  # before the tail metrics: the rows as logged
+    args.tail_levels, tail_levels = tail_levels_or_preset(args.tail_levels, tail_levels, runs, args.sweep_dir)
     tail_keys = add_tail_metrics(runs, tail_levels) if tail_levels else []
     if tail_levels and not tail_keys:
         print(f"gdro-report: --tail-levels {args.tail_levels}: no run logs eval/...@k/level_L for every one of "

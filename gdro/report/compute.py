@@ -12,7 +12,9 @@ p-value of a two-sided paired t-test, Holm over the non-GRPO rows of each column
 
 - **to GRPO's final**: the x at which the curve first reaches GRPO's final value of the key (averaged over GRPO's
   runs: the threshold), linearly interpolated; the paired difference over pairs where both reach it, and how many
-  runs reach it;
+  runs reach it. A run whose step-0 evaluation (before any training) already reaches it, as every run does when GRPO
+  ends below its own start, reaches it at x = 0 and is written "at start", never "0.0k tokens"
+  (gdro/report/terms.py); the header says when GRPO's final is not above its start;
 - **area**: the mean of the curve over [0, x_max] (trapezoids; its area ÷ x_max), x_max the smaller of the pair's
   last x, so both are measured over the same range;
 - **final at equal tokens**: both curves at the pair's smaller total of generated tokens;
@@ -39,6 +41,7 @@ from gdro.report.names import BASELINE, _method_rank, display_name
 from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
 from gdro.report.stats import BOOT_REPS, BOOT_SEED, holm, iqm_ci, mean_ci, probability_of_improvement
 from gdro.report.table import format_holm, holm_note
+from gdro.report.terms import reach_cell, reach_note
 from gdro.run.ioerrors import atomic_write_text
 
 AXES = ("tokens", "steps")
@@ -92,6 +95,12 @@ def first_reach(xs: np.ndarray, ys: np.ndarray, threshold: float) -> float | Non
             x0, y0 = xs[i - 1], ys[i - 1]
             return float(x0 + (threshold - y0) * (x - x0) / (y - y0))
     return None
+
+
+def reached_at_start(run: SweepRun, key: str, threshold: float | None) -> bool:
+    """Whether the run's step-0 evaluation (before any training) already reaches ``threshold`` on ``key``."""
+    xs, ys = curve(run, key, "steps")
+    return threshold is not None and len(xs) > 0 and xs[0] == 0 and ys[0] >= threshold
 
 
 def area(xs: np.ndarray, ys: np.ndarray, x_max: float) -> float | None:
@@ -162,14 +171,17 @@ def compute_comparison(runs: list[SweepRun], key: str, axis: str = "tokens", whi
     base = {str(r.seed): r for r in groups.get(BASELINE, [])}
     finals = [(_select_row(r, which) or {}).get(key) for r in base.values()]
     finals = [v for v in finals if isinstance(v, (int, float))]
-    info = {"key": key, "axis": axis, "threshold": float(np.mean(finals)) if finals else None, "which": which}
+    starts = [ys[0] for r in base.values() for xs, ys in [curve(r, key, "steps")] if len(xs) and xs[0] == 0]
+    info = {"key": key, "axis": axis, "threshold": float(np.mean(finals)) if finals else None, "which": which,
+            "start": float(np.mean(starts)) if starts else None}
     out = []
     for method in sorted(groups, key=_method_rank):
         rs = groups[method]
         row: dict = {"method": method, "name": display_name(method), "n": len(rs),
                      "generated": [generated(r) for r in rs],
                      "reach": [first_reach(*curve(r, key, axis), info["threshold"]) if info["threshold"] is not None
-                               else None for r in rs]}
+                               else None for r in rs],
+                     "reach_start": [reached_at_start(r, key, info["threshold"]) for r in rs]}
         pairs = [_pair(r, base[str(r.seed)], key, axis, info["threshold"], which) for r in rs
                  if method != BASELINE and str(r.seed) in base]
         row["pairs"] = len(pairs)
@@ -223,12 +235,22 @@ def primary_endpoint(runs: list[SweepRun], key: str, axis: str, which: str, meas
     return {"measure": measure, "x": x, "rows": rows}
 
 
-def _fmt_reach(reach: list[float | None], axis: str) -> str:
-    got = [x for x in reach if x is not None]
-    if not got:
-        return f"never (0/{len(reach)})"
-    scale, digits = (1e3, 1) if axis == "tokens" else (1.0, 0)
-    return f"{np.mean(got) / scale:.{digits}f}{'k' if axis == 'tokens' else ''} ({len(got)}/{len(reach)})"
+def _fmt_reach(reach: list[float | None], axis: str, starts: list[bool] | None = None) -> str:
+    """Mean x to the threshold over the runs that reach it (reached/runs; "at start": gdro/report/terms.py)."""
+    if not reach:
+        return "never (0/0)"
+    return reach_cell(reach, (lambda x: f"{x / 1e3:.1f}k") if axis == "tokens" else (lambda x: f"{x:.0f}"),
+                      starts=starts)
+
+
+def _threshold_words(info: dict) -> str:
+    """The header's threshold: GRPO's final, and whether it is above GRPO's own start."""
+    thr, start = info["threshold"], info.get("start")
+    if thr is None:
+        return "; no GRPO run: no threshold"
+    below = ("" if start is None or thr > start else
+             f" (GRPO ends at or below its own start, {start:.2f})")
+    return f"; threshold = GRPO's final {thr:.2f}{below}"
 
 
 def compute_markdown(rows: list[dict], info: dict) -> str:
@@ -236,12 +258,13 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
     primary endpoint's block (:func:`primary_markdown`)."""
     axis, key = info["axis"], _label(info["key"])
     unit = "k tokens" if axis == "tokens" else "steps"
-    thr, primary = info["threshold"], info["primary"]["measure"]
+    primary = info["primary"]["measure"]
     sizes = [sum(math.isfinite(r[f"h_{m}"].p_holm) for r in rows if r["method"] != BASELINE) for m in MEASURES]
-    head = [f"Axis: **{AXIS_NAMES[axis]}**; key {key}"
-            + (f"; threshold = GRPO's final {thr:.2f}" if thr is not None else "; no GRPO run: no threshold")
+    head = [f"Axis: **{AXIS_NAMES[axis]}**; key {key}" + _threshold_words(info)
             + f"; primary endpoint: **{primary}** (`--primary`), the other Δ columns secondary.", "",
             holm_note(sizes), ""]
+    if any(any(r.get("reach_start", ())) for r in rows):
+        head[-1:] = ["", reach_note(f"“{unit} to GRPO's final”", "mean"), ""]
     role = {m: "primary" if m == primary else "secondary" for m in MEASURES}
     cols = ["Method", "pairs", "k tokens generated per run (mean)", f"{unit} to GRPO's final (mean; reached)",
             f"Δ {unit} to it ({role['reach']})", f"Δ area (mean {key} over {axis}) ({role['area']})",
@@ -250,7 +273,7 @@ def compute_markdown(rows: list[dict], info: dict) -> str:
     for r in rows:
         base = r["method"] == BASELINE
         cells = [r["name"], "–" if base else str(r["pairs"]), f"{np.mean(r['generated']) / 1e3:.1f}",
-                 _fmt_reach(r["reach"], axis)]
+                 _fmt_reach(r["reach"], axis, r.get("reach_start"))]
         cells += ["–"] * 4 if base else [format_holm(r["h_reach"], scale=1e3 if axis == "tokens" else 1.0),
                                          *(format_holm(r[f"h_{m}"]) for m in MEASURES[1:])]
         lines.append("| " + " | ".join(cells) + " |")

@@ -4,6 +4,7 @@ figures (lead-lag, Eq. 33's WSE ratio, budget against data share) are gdro/repor
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from gdro.report.names import (
     metric_sort_key,
 )
 from gdro.report.runs import SweepRun, _groups, _label
+from gdro.report.terms import WSE_BATCH
 from gdro.run.ioerrors import atomic_write
 
 
@@ -86,9 +88,34 @@ def _style_line_axes(ax, ylabel: str, title: str) -> None:
 
 
 
+def _fit_titles(fig) -> None:
+    """Wrap every axes title wider than its axes, and a suptitle wider than the figure, onto more lines (a long title
+    is never cut off at the figure's edge)."""
+    import textwrap
+
+    renderer = fig.canvas.get_renderer()
+    boxes = [(t, ax.get_window_extent(renderer).width) for ax in fig.axes
+             for t in (ax.title, ax._left_title, ax._right_title)]
+    if fig._suptitle is not None:
+        boxes.append((fig._suptitle, 0.96 * fig.bbox.width))
+    for text, room in boxes:
+        label = text.get_text()
+        for _ in range(4):  # narrower each time until it fits (or cannot wrap further)
+            wide = text.get_window_extent(renderer).width
+            if not label or wide <= room:
+                break
+            lines = label.splitlines()
+            chars = max(12, int(max(map(len, lines)) * room / wide) - 1)
+            wrapped = "\n".join(w for line in lines for w in textwrap.wrap(line, chars) or [""])
+            if wrapped == label:
+                break
+            text.set_text(label := wrapped)
+
+
 def _save(fig, path) -> bool:
     import matplotlib.pyplot as plt
 
+    _fit_titles(fig)
     fig.tight_layout()
     try:  # whole or not at all, a failure naming the file (gdro.run.ioerrors)
         atomic_write(path, lambda fh: fig.savefig(fh, format=Path(path).suffix[1:] or "png", dpi=110), binary=True)
@@ -119,7 +146,8 @@ def _fig_eval_curves(runs, groups, colors, path) -> bool:
 
 def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
     """One heatmap (bin × step) per method, its first seed, of the keys ``gdro/<kind>/<bin>`` (or of ``kind``
-    itself when it is a key prefix ending in "/")."""
+    itself when it is a key prefix ending in "/"). Every panel has the rows of every bin any panel logs, in one order
+    (a bin a run does not log is a blank row), and the panels share their rows and steps."""
     import matplotlib.pyplot as plt
 
     prefix = kind if kind.endswith("/") else f"gdro/{kind}/"
@@ -127,11 +155,15 @@ def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
     firsts = [next(r for r in rs if r.has(prefix)) for rs in groups.values() if any(r.has(prefix) for r in rs)]
     if not firsts:
         return False
-    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 0.4 + 2.6 * len(firsts)), squeeze=False)
+    bins = sorted({k[len(prefix):] for run in firsts for r in run.rows for k in r if k.startswith(prefix)},
+                  key=bin_sort_key)
+    fig, axes = plt.subplots(len(firsts), 1, figsize=(10, 0.4 + 2.6 * len(firsts)), squeeze=False, sharex=True,
+                             sharey=True)
+    span = [math.inf, -math.inf]
     for ax, run in zip(axes[:, 0], firsts):
-        bins = sorted({k[len(prefix):] for r in run.rows for k in r if k.startswith(prefix)}, key=bin_sort_key)
         train = [r for r in run.rows if any(k.startswith(prefix) for k in r) and "step" in r]
         steps = [r["step"] for r in train]
+        span = [min(span[0], steps[0] - 0.5), max(span[1], steps[-1] + 0.5)]
         mat = np.full((len(bins), len(train)), np.nan)
         for j, r in enumerate(train):
             for i, b in enumerate(bins):
@@ -143,9 +175,10 @@ def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
         ax.set_yticks(range(len(bins)))
         ax.set_yticklabels(bins, fontsize=8)
         ax.set_ylabel("bin")
-        ax.set_title(f"{display_name(run.method)} (seed {run.seed}, {run.path.parent.name}/{run.path.name}): {title}", fontsize=10)
+        ax.set_title(f"{display_name(run.method)} (seed {run.seed}, {run.path.parent.name}/{run.path.name}): {title}",
+                     fontsize=10)
         fig.colorbar(im, ax=ax, pad=0.01)
-    axes[-1, 0].set_xlabel("step")
+    axes[-1, 0].set(xlabel="step", xlim=span)  # shared: every panel over every panel's steps
     return _save(fig, path)
 
 
@@ -245,8 +278,8 @@ def make_figures(runs: list[SweepRun], out_dir: str | Path) -> list[Path]:
                                                            "share of the bin's groups with gradient", p)),
         # the batch's own sigma per step, not Eq. 33's offline one (the paper's: wse_ratio.png, paper_figures.py)
         ("wse_ratio_batch.png", lambda p: _fig_lines(groups, colors, [("difficulty/wse_ratio", "-")],
-                                                     "WSE / uniform", "difficulty/wse_ratio: the batch's weighted SE "
-                                                     "(its own per-step sigma) / at its mean group size", p)),
+                                                     "WSE ÷ uniform", f"{WSE_BATCH} ÷ uniform (difficulty/wse_ratio; "
+                                                     "not Eq. 33: that is wse_ratio.png)", p)),
     ]
     for name, job in jobs:
         if job(out_dir / name):

@@ -11,11 +11,12 @@ row; :func:`gdro.report.paired.mean_bin_drift` uses the same):
   over those steps (the compute ledger; 100% without a filter): dynamic sampling trains only on groups with gradient,
   and this is what that costs in rollouts it generated and threw away;
 - **rollouts per prompt per bin**: ``compute/rollouts_per_prompt/<bin>`` (the compute ledger: every generated group);
-- **weighted standard error against uniform**: ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated
-  over the same batch at its mean group size (1 for a fixed allocation; the square-root allocator's claim is that it
-  is below 1), with the share of runs whose mean ratio is below 1. Its σ_b is the batch's own at each step, so it is
-  not the paper's Eq. 33 proxy, whose σ̂_b is estimated once, offline: that one is paper_mechanism.md /
-  ``wse_ratio.png`` (gdro/report/paper_figures.py);
+- **weighted standard error against uniform**, named ``WSE (batch σ)`` (gdro/report/terms.py):
+  ``difficulty/wse_ratio``, the batch's Σ q_b σ_b / √n_b as allocated over the same batch at its mean group size (1
+  for a fixed allocation; the square-root allocator's claim is that it is below 1), with the share of runs whose mean
+  ratio is below 1. Its σ_b is the batch's own at each step, so it is
+  not the paper's Eq. 33 proxy, whose σ̂_b is estimated once, offline: that one, ``WSE (Eq. 33, the paper's)``, is
+  paper_mechanism.md / ``wse_ratio.png`` (gdro/report/paper_figures.py); the markdown says so under its table;
 - **the batch's mean bin** (first → last quarter) is in paired.md; here its per-step curve is ``mean_bin.png``;
 - **lead–lag Δμ** (Eq. 32, ``gdro/lead_lag``; Prompt-GDRO only): the weights' mean bin minus the batch's, first →
   last quarter (negative: the weights sit at harder bins than the data).
@@ -31,6 +32,7 @@ from gdro.report.names import _method_rank, bin_sort_key, display_name
 from gdro.report.paired import first_last_quarter
 from gdro.report.runs import SweepRun, _groups
 from gdro.report.table import format_cell, mean_ci
+from gdro.report.terms import WSE_BATCH, WSE_BATCH_NOTE
 
 
 def _mean(rows: list[dict], key: str) -> float:
@@ -83,7 +85,7 @@ def mechanism_rows(runs: list[SweepRun]) -> tuple[list[dict], list[str]]:
 
 def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
     """Two tables: the overall mechanism columns per method, then groups with gradient per bin."""
-    head = ["Method", "runs", "groups with gradient", "first → last quarter", "WSE ÷ uniform (runs < 1)",
+    head = ["Method", "runs", "groups with gradient", "first → last quarter", f"{WSE_BATCH} ÷ uniform (runs < 1)",
             "lead–lag Δμ, first → last quarter", "rollouts trained ÷ generated"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 1)) + "|"]
     for r in rows:
@@ -96,6 +98,7 @@ def mechanism_markdown(rows: list[dict], bins: list[str]) -> str:
             f"{format_cell(*_pct(r['informative_first']))} → {format_cell(*_pct(r['informative_last']))}",
             f"{format_cell(*r['wse_ratio'], digits=3)} ({below}/{counted})", lag,
             format_cell(*_pct(r["kept"])) if r["kept"][2] else "–"]) + " |")
+    lines += ["", WSE_BATCH_NOTE]
     lines += ["", "Groups with gradient per bin (%, steps where the bin was in the batch; bin 0 = hardest):", "",
               "| Method | " + " | ".join(bins) + " |", "|" + "|".join(["---"] + ["---:"] * len(bins)) + "|"]
     for r in rows:

@@ -31,6 +31,11 @@ DISPLAY_NAMES = {
     "learnability-w4": "Learnability (LILO), window 4",
     "mopps-decay": "MoPPS, λ 0.5, ts_ratio 8",
     "uniform+zero-variance": "Zero-variance control (n_min to all-equal prompts)",
+    "joint": "Prompt+Rollout-GDRO",
+    "learnability": "Learnability (LILO)",
+    "mopps": "MoPPS",
+    "prompt-gdro-frontier": "Prompt-GDRO, frontier signal",
+    "resample-frontier": "Prompt-GDRO resampling, frontier signal",
     "zero-variance": "Zero-variance control (n_min to all-equal prompts)",
 }
 
@@ -85,9 +90,13 @@ def is_headline(key: str) -> bool:
 
 
 def display_name(method: str) -> str:
-    return DISPLAY_NAMES.get(method, method)
+    """The row's name: ``DISPLAY_NAMES`` of its key, the settings that keep it apart kept (``uniform+rollout-gdro
+    [allocator.consumption=realized]`` -> ``Rollout-GDRO [allocator.consumption=realized]``)."""
+    base, sep, settings = method.partition(" [")
+    return DISPLAY_NAMES.get(base, base) + (sep + settings if sep else "")
 
 
 
 def _method_rank(method: str) -> tuple:
-    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER), method)
+    base = method.partition(" [")[0]
+    return (METHOD_ORDER.index(base), method) if base in METHOD_ORDER else (len(METHOD_ORDER), method)

@@ -11,6 +11,7 @@ from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, 
 from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
 from gdro.report.stats import holm, mean_ci
 from gdro.report.table import format_cell, format_holm, holm_note
+from gdro.report.terms import reach_cell, reach_note
 
 ORACLE = "oracle-levels+fixed"
 
@@ -154,12 +155,8 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
 
 
 def _fmt_steps(steps: list[float | None]) -> str:
-    reached = sorted(s for s in steps if s is not None)
-    if not steps:
-        return "–"
-    if not reached:
-        return f"never (0/{len(steps)})"
-    return f"{float(np.median(reached)):.0f} ({len(reached)}/{len(steps)})"
+    """Median step to the threshold over the runs that reach it (reached/runs; "at start": gdro/report/terms.py)."""
+    return reach_cell(steps, lambda x: f"{x:.0f}", np.median)
 
 
 
@@ -177,8 +174,9 @@ def _fmt_drift(drift: list[tuple[float, float] | None]) -> str:
 def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
     """The paired table, after a line on its Holm adjustment: Δ vs GRPO per key (mean ± the Holm-consistent CI over
     seeds, and the Holm-adjusted p; :func:`gdro.report.stats.holm`), recovery of the oracle's gain, steps to the
-    threshold (median over the runs that reach it; reached/runs), rollouts spent, the batch's mean-bin drift
-    (first → last quarter after the unseen phase)."""
+    threshold (median over the runs that reach it; reached/runs; "at start" for a run whose step-0 evaluation
+    reaches it, a sentence under the table says so), rollouts spent, the batch's mean-bin drift (first → last quarter
+    after the unseen phase)."""
     tail = info.get("tail_key")
     header = ["Method", "pairs"] + ([f"{_label(keys[0])} learned (from step 0)"] if keys else [])
     header += [f"Δ{_label(k)}" for k in keys]
@@ -203,4 +201,6 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
         cells.append(format_cell(*r["rollouts"], digits=0))
         cells.append(_fmt_drift(r["drift"]))
         lines.append("| " + " | ".join(cells) + " |")
+    if info.get("threshold") is not None and any(x == 0 for r in rows for x in r["steps"]):
+        lines += ["", reach_note(f"“{header[-3]}”", "median")]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ bin's groups that are mixed (``difficulty/informative/<bin>``: the frontier of g
 
 - **budget share** s_t(b) = q_t(b) n_b(t) / Σ_b' q_t(b') n_b'(t) (a bin in the batch without generated rollouts,
   e.g. skipped, gets 0);
-- **WSE ratio** (Eq. 33, Fig. 6 right): WSE(t) = Σ_b q_t(b) σ̂_b / √n_b(t) over WSE with n_b ≡ n̄(t) = Σ_b q_t(b)
+- **WSE ratio**, named ``WSE (Eq. 33, the paper's)`` in every output (gdro/report/terms.py; Fig. 6 right): WSE(t) = Σ_b q_t(b) σ̂_b / √n_b(t) over WSE with n_b ≡ n̄(t) = Σ_b q_t(b)
   n_b(t), the step's mean rollouts per prompt. σ̂_b is *offline*, one value per bin for the whole sweep: σ̂_b =
   √(p̄_b(1 − p̄_b)), p̄_b the per-rollout success rate of bin b pooled over every step of every run of the sweep that
   logs a per-bin accuracy (``gdro/passrate/<bin>``: Prompt-GDRO's realised accuracy of the bin's rollouts), each
@@ -20,15 +20,17 @@ bin's groups that are mixed (``difficulty/informative/<bin>``: the frontier of g
   logs it for takes the midpoint m of its pass-rate interval from the classifier's edges (run.json; the classifier's
   ``unseen_p`` for the unseen bin), turned into the per-rollout rate p = 1 − (1 − m)^(1/k) whose pass@k is m (k the
   classifier's ``k`` for ``unbiased_passk``, n̄ for the released code's any-of-n ``any_correct``; p = m for pass@1). ``paper_mechanism.md`` lists σ̂_b and its source per bin. The per-step ``difficulty/wse_ratio`` the
-  runs log (the batch's own σ_b of that step, ``wse_ratio_batch.png``, mechanism.md) is *not* Eq. 33;
+  runs log (the batch's own σ_b of that step, ``wse_ratio_batch.png``, mechanism.md), named ``WSE (batch σ)``, is
+  *not* Eq. 33; each markdown names the other and says why they differ;
 - **mean bin index** (Figs. 4, 8) Σ_b b q_t(b) over the pass-rate bins, renormalised over them (the ``unseen`` bin of
   ``classifier.unseen=separate`` is no pass bin and is left out; with ``unseen=hardest`` unseen prompts are in bin 0,
-  as in the paper); **high-bin mass**: the batch's share in bins ≥ 3 and ≥ 8 (``MASS_BINS``; of the whole batch,
-  unseen prompts in the denominator); **high-bin budget share**: Σ_{b ≥ 8} s_t(b) (``BUDGET_BIN``);
+  as in the paper); **mass**: the batch's share in bins ≥ 3 (``MASS_BIN``) and in the high bins (of the whole batch,
+  unseen prompts in the denominator); **high-bin budget share**: Σ_{b high} s_t(b). The **high bins** are one rule
+  for every output (gdro/report/terms.py: pass-rate lower edge ≥ ``HIGH_EDGE`` = 0.5, accbin_5+ of the paper's ten
+  bins), stated where used: the paper's Figs. 4 and 8 draw bins ≥ 8 there, we draw the high bins of its Fig. 9;
 - **snapshots** (Figs. 7, 9) at Start / Early / Mid / Late (``SNAPSHOTS``: fractions of the logged training steps),
   per method pooled over seeds: data and budget share per bin (the unseen bin is a bar of its own), and in the
-  markdown the high bins' (pass-rate lower edge ≥ ``HIGH_EDGE`` = 0.5: accbin_5+ of the paper's ten bins) budget
-  share against their data share (the paper: "> 80% of the budget to accbin_5+, which hold < 20% of the data");
+  markdown the high bins' budget share against their data share (the paper: "> 80% of the budget to accbin_5+, which hold < 20% of the data");
 - **lead–lag Δμ** (Eq. 32, Fig. 6 left): ``gdro/lead_lag`` as logged by Prompt-GDRO, μ_weight − μ_data with
   μ_weight = Σ_b b ŵ_t(b) (the normalised weights) and μ_data = Σ_b b q_t(b) over the pass-rate bins, each
   renormalised over them: Eq. 32 as written; it differs only in leaving the unseen bin out (unseen=separate).
@@ -48,11 +50,10 @@ import numpy as np
 from gdro.report.figures import _ordered_groups
 from gdro.report.names import bin_sort_key, display_name
 from gdro.report.runs import SweepRun
+from gdro.report.terms import HIGH_EDGE, WSE_PAPER, WSE_PAPER_NOTE, high_bins, high_rule
 
 SNAPSHOTS = (("Start", 0.0), ("Early", 1 / 3), ("Mid", 2 / 3), ("Late", 1.0))
-HIGH_EDGE = 0.5  # Fig. 9's high bins: pass-rate lower edge >= 0.5 (accbin_5+ of ten bins)
-MASS_BINS = (3, 8)  # Fig. 4's lines: the batch's share in bins >= 3 (solid) and >= 8 (dashed)
-BUDGET_BIN = 8  # Fig. 8: the budget share of bins >= accbin_8
+MASS_BIN = 3  # Fig. 4's solid line: the batch's share in bins >= 3 (dashed: the high bins, gdro/report/terms.py)
 SHARE_KEYS = ("difficulty/batch/", "gdro/share/")
 ROLLOUT_KEYS = ("compute/rollouts_per_prompt/", "gdro/rollouts/")
 ACC_KEY = "gdro/passrate/"
@@ -211,9 +212,19 @@ def mean_bin(t: Tables, budget: bool = False) -> np.ndarray:
 
 def mass_at_least(t: Tables, k: int, budget: bool = False) -> np.ndarray:
     """The share of the batch (or of its budget) in pass bins ≥ k, of the whole batch (unseen in the total)."""
+    return _mass(t, _pass_cols(t, k), budget)
+
+
+def mass_in(t: Tables, bins: list[str], budget: bool = False) -> np.ndarray:
+    """The share of the batch (or of its budget) in the bins ``bins`` (labels; e.g. the high bins), of the whole
+    batch (unseen in the total)."""
+    return _mass(t, np.isin(np.asarray(t.bins), list(bins)), budget)
+
+
+def _mass(t: Tables, cols: np.ndarray, budget: bool) -> np.ndarray:
     m = t.budget() if budget else t.q
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.nansum(m[:, _pass_cols(t, k)], axis=1) / np.nansum(m, axis=1)
+        return np.nansum(m[:, cols], axis=1) / np.nansum(m, axis=1)
 
 
 def pooled(ts: list[Tables], which) -> tuple[np.ndarray, np.ndarray]:
@@ -246,7 +257,11 @@ class Sweep:
     notes: list[str]
 
     def high_bins(self, edge: float = HIGH_EDGE) -> list[str]:
-        return [b for b in self.bins if pass_index(b) is not None and self.edges[b][0] >= edge - 1e-9]
+        """The high bins of the sweep (gdro/report/terms.py's one rule)."""
+        return high_bins(self.bins, self.edges, edge)
+
+    def high_rule(self, edge: float = HIGH_EDGE) -> str:
+        return high_rule(self.high_bins(edge), edge)
 
     def series(self, method: str, fn) -> list[tuple[np.ndarray, np.ndarray]]:
         return [(t.steps, fn(t)) for t in self.groups[method]]
@@ -308,17 +323,18 @@ def snapshot_rows(sw: Sweep, method: str, edge: float = HIGH_EDGE) -> list[tuple
 
 def paper_markdown(sw: Sweep, edge: float = HIGH_EDGE) -> str:
     """σ̂ per bin, the WSE ratio's horizon mean per method and the high bins' budget vs data share at snapshots."""
-    lines = ["## Weighted-SE proxy (Eq. 33, `wse_ratio.png`)", "",
+    lines = [f"## {WSE_PAPER} ÷ uniform, the weighted-SE proxy (`wse_ratio.png`)", "",
              "σ̂_b, once for the sweep (gdro/report/paper_figures.py):", "",
              "| bin | σ̂_b | source |", "|---|---:|---|"]
     lines += [f"| {b} | {sw.sigma[b][0]:.3f} | {sw.sigma[b][1]} |" for b in sw.bins]
     lines += ["", "WSE(t) ÷ WSE at n_b ≡ n̄(t), each run's mean over its training steps; mean ± s.d. over runs:", "",
-              "| Method | runs | WSE ratio | reduction vs uniform (%) |", "|---|---:|---:|---:|"]
+              f"| Method | runs | {WSE_PAPER} ÷ uniform | reduction vs uniform (%) |", "|---|---:|---:|---:|"]
     for m, n, means in wse_rows(sw):
         lines.append(f"| {display_name(m)} | {n} | {_cell(means)} | {_cell([1 - x for x in means], 1, True)} |")
-    high = sw.high_bins(edge)
+    lines += ["", WSE_PAPER_NOTE]
+    rule = sw.high_rule(edge)
     lines += ["", "## Budget share against data share (Figs. 7, 9; `budget_snapshots.png`)", "",
-              (f"High bins: pass-rate lower edge ≥ {edge:g} ({', '.join(high) or 'none'}); shares of the whole "
+              (f"{rule[0].upper()}{rule[1:]}, the same rule as `macro_dynamics.png`; shares of the whole "
                "batch (unseen prompts in the total), mean over seeds at the snapshot step:"), "",
               "| Method | snapshot | step | data share (%) | budget share (%) | budget ÷ data |",
               "|---|---|---:|---:|---:|---:|"]

@@ -13,12 +13,12 @@ import numpy as np
 from gdro.report.figures import _colors, _ordered_groups, _over_seeds, _pool_by_step, _save, _style_line_axes
 from gdro.report.names import display_name
 from gdro.report.paper_figures import (
-    BUDGET_BIN,
-    MASS_BINS,
+    MASS_BIN,
     SHARE_KEYS,
     Sweep,
     collect,
     mass_at_least,
+    mass_in,
     mean_bin,
     paper_markdown,
     pooled,
@@ -26,6 +26,7 @@ from gdro.report.paper_figures import (
     wse_ratio,
 )
 from gdro.report.runs import SweepRun
+from gdro.report.terms import BUDGET_SHARE, DATA_SHARE, ROLLOUTS, WSE_PAPER
 from gdro.run.ioerrors import atomic_write_text
 
 
@@ -52,7 +53,8 @@ def fig_wse(sw: Sweep, colors, path) -> bool:
         plt.close(fig)
         return False
     ax.axhline(1.0, color="k", ls="--", lw=0.8, label="uniform n̄")
-    _style_line_axes(ax, "WSE ÷ uniform", "Weighted-SE proxy (Eq. 33, offline σ̂_b): mean over seeds ± 1 s.d.")
+    _style_line_axes(ax, "WSE ÷ uniform", f"{WSE_PAPER} ÷ uniform (offline σ̂_b; not mechanism.md's batch σ): "
+                     "mean over seeds ± 1 s.d.")
     return _save(fig, path)
 
 
@@ -66,19 +68,23 @@ def _arm_range(ts, n: np.ndarray) -> tuple[float, float]:
 
 
 def fig_budget_vs_data(sw: Sweep, method: str, path) -> bool:
-    """Fig. 7: data share (left) and rollouts per prompt (right), bins × steps, mean over the method's seeds."""
+    """Fig. 7: data share, budget share (one colour scale for both) and rollouts per prompt (the arm range), bins ×
+    steps, mean over the method's seeds; the three panels share their rows and steps."""
     import matplotlib.pyplot as plt
 
     ts = sw.groups[method]
     steps, q = pooled(ts, "q")
+    _, s = pooled(ts, "budget")
     _, n = pooled(ts, "n")
     if not len(steps):
         return False
-    fig, axes = plt.subplots(1, 2, figsize=(13, 0.8 + 0.32 * len(sw.bins) + 1.5), sharey=True)
+    fig, axes = plt.subplots(1, 3, figsize=(16, 0.8 + 0.32 * len(sw.bins) + 1.5), sharex=True, sharey=True)
     extent = (steps[0] - 0.5, steps[-1] + 0.5, len(sw.bins) - 0.5, -0.5)
     lo, hi = _arm_range(ts, n)
-    for ax, mat, title, kw in ((axes[0], q, "data share q_t(b)", {}),
-                               (axes[1], n, "rollouts per prompt n_b(t)", {"vmin": lo, "vmax": hi})):
+    top = max((float(np.nanmax(m)) for m in (q, s) if np.isfinite(m).any()), default=1.0) or 1.0
+    for ax, mat, title, kw in ((axes[0], q, DATA_SHARE, {"vmin": 0.0, "vmax": top}),
+                               (axes[1], s, BUDGET_SHARE, {"vmin": 0.0, "vmax": top}),
+                               (axes[2], n, ROLLOUTS, {"vmin": lo, "vmax": hi})):
         im = ax.imshow(np.ma.masked_invalid(mat.T), aspect="auto", interpolation="nearest", cmap="viridis",
                        extent=extent, **kw)
         ax.set(title=title, xlabel="step")
@@ -86,7 +92,8 @@ def fig_budget_vs_data(sw: Sweep, method: str, path) -> bool:
     axes[0].set_yticks(range(len(sw.bins)))
     axes[0].set_yticklabels(sw.bins, fontsize=8)
     axes[0].set_ylabel("bin (0 = hardest)")
-    fig.suptitle(f"{display_name(method)}: data share vs rollouts per prompt (mean over {len(ts)} seeds)", fontsize=10)
+    fig.suptitle(f"{display_name(method)}: {DATA_SHARE}, {BUDGET_SHARE} and {ROLLOUTS} per bin "
+                 f"(mean over {len(ts)} seeds)", fontsize=10)
     return _save(fig, path)
 
 
@@ -116,27 +123,28 @@ def fig_snapshots(sw: Sweep, path) -> bool:
     return _save(fig, path)
 
 
-def fig_macro(sw: Sweep, colors, path, mass_bins: tuple[int, int] = MASS_BINS, budget_bin: int = BUDGET_BIN) -> bool:
-    """Figs. 4 / 8: mean bin index; share of the batch in bins ≥ 3 / ≥ 8 (``mass_bins``); budget share of bins ≥ 8
-    (``budget_bin``)."""
+def fig_macro(sw: Sweep, colors, path, mass_bin: int = MASS_BIN) -> bool:
+    """Figs. 4 / 8: mean bin index; share of the batch in bins ≥ 3 (``mass_bin``, solid) and in the high bins
+    (dashed); budget share of the high bins (gdro/report/terms.py's one rule, stated in the figure's title)."""
     import matplotlib.pyplot as plt
 
+    high, rule = sw.high_bins(), sw.high_rule()
     fig, axes = plt.subplots(3, 1, figsize=(9, 10), sharex=True)
     drawn = False
     for m, ts in sw.groups.items():
         name = f"{display_name(m)} (n={len(ts)})"
         drawn |= _band(axes[0], sw.series(m, mean_bin), colors[m], name)
-        for k, ls in zip(mass_bins, ("-", "--")):  # one legend entry per method: solid ≥ 3, dashed ≥ 8
-            _band(axes[1], sw.series(m, lambda t, k=k: mass_at_least(t, k)), colors[m],
-                  name if ls == "-" else "_nolegend_", ls, sd_band=False)
-        _band(axes[2], sw.series(m, lambda t: mass_at_least(t, budget_bin, budget=True)), colors[m], name)
+        _band(axes[1], sw.series(m, lambda t: mass_at_least(t, mass_bin)), colors[m], name, "-", sd_band=False)
+        _band(axes[1], sw.series(m, lambda t: mass_in(t, high)), colors[m], "_nolegend_", "--", sd_band=False)
+        _band(axes[2], sw.series(m, lambda t: mass_in(t, high, budget=True)), colors[m], name)
     if not drawn:
         plt.close(fig)
         return False
     _style_line_axes(axes[0], "mean bin index", "mean pass-rate bin of the batch (unseen bin left out)")
-    _style_line_axes(axes[1], "share of the batch",
-                     f"share of the batch in bins ≥ {mass_bins[0]} (solid) and ≥ {mass_bins[1]} (dashed)")
-    _style_line_axes(axes[2], "budget share", f"budget share of bins ≥ {budget_bin}")
+    _style_line_axes(axes[1], "share of the batch", f"{DATA_SHARE} of bins ≥ {mass_bin} (solid) and of the high bins "
+                     "(dashed)")
+    _style_line_axes(axes[2], BUDGET_SHARE, f"{BUDGET_SHARE} of the high bins")
+    fig.suptitle(f"{rule[0].upper()}{rule[1:]}", fontsize=10)
     for ax in axes[:2]:
         ax.set_xlabel("")
     return _save(fig, path)

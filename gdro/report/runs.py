@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from gdro.report.names import METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
 
 
@@ -226,6 +228,43 @@ def _completion_problems(meta: dict, config: dict, rows: list[dict]) -> list[str
 
 
 
+def read_overrides(run_dir: Path) -> list | None:
+    """The command line's overrides that Hydra recorded (``.hydra/overrides.yaml``), None without them."""
+    try:
+        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return None
+    return overrides if isinstance(overrides, list) else None
+
+
+
+SETTING_GROUPS = ("sampler", "allocator", "skip", "filter")  # the groups whose keys make a row what it is
+
+
+def method_of(meta: dict, config: dict, overrides: list | None) -> str:
+    """A run's row key: its own ``label=`` (set on the command line or by ``method=``), else its
+    sampler+allocator(+filter)(+skip). The keys of those groups set on the command line (``allocator.consumption=
+    realized`` say: settings beyond the options' or the method's defaults) are part of the key unless ``label=`` was
+    given there, ``uniform+rollout-gdro [allocator.consumption=realized]``, so that such a run is a row of its own and
+    its name says what it ran."""
+    label = config.get("label")
+    if isinstance(label, str) and label.strip():
+        key = label
+    else:
+        sampler = _component(meta, "sampler", "uniform", ("Sampler",))
+        allocator = _component(meta, "allocator", "fixed", ("Allocator",))
+        extra = [c for g, suf in (("filter", ("Filter",)), ("skip", ("Skip",)))
+                 if (c := _component(meta, g, "none", suf)) not in ("none", "no")]  # non-default options only
+        key = "+".join([sampler, allocator, *extra])
+    given = [str(o) for o in overrides or []]
+    if any(o.lstrip("+~").startswith("label=") for o in given):
+        return key
+    settings = [o.lstrip("+") for o in given if "=" in o and o.lstrip("+").split(".", 1)[0] in SETTING_GROUPS
+                and "." in o.split("=", 1)[0]]
+    return f"{key} [{', '.join(settings)}]" if settings else key
+
+
+
 def load_run(run_dir: Path) -> SweepRun:
     """The run in ``run_dir``; :class:`UnusableRun` when its files cannot give a result at all.
 
@@ -242,14 +281,9 @@ def load_run(run_dir: Path) -> SweepRun:
             msg += ": the last line is malformed, and the final evaluation may be that row"
         problems.append(msg)
     problems += _completion_problems(meta, config, rows)
-    sampler = _component(meta, "sampler", "uniform", ("Sampler",))
-    allocator = _component(meta, "allocator", "fixed", ("Allocator",))
-    label = config.get("label")  # the run's own row name (label=...), else its sampler+allocator(+filter)(+skip)
-    extra = [c for g, suf in (("filter", ("Filter",)), ("skip", ("Skip",)))
-             if (c := _component(meta, g, "none", suf)) not in ("none", "no")]  # non-default options only
     return SweepRun(
         path=run_dir,
-        method=label if isinstance(label, str) and label.strip() else "+".join([sampler, allocator, *extra]),
+        method=method_of(meta, config, read_overrides(run_dir)),
         seed=config.get("seed"),
         config=config,
         rows=rows,

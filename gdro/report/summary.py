@@ -35,10 +35,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from gdro.report.names import _method_rank
-from gdro.report.runs import Skipped, SweepRun, UnusableRun, _read_meta
+from gdro.report.runs import Skipped, SweepRun, UnusableRun, _read_meta, read_overrides
 from gdro.report.table1 import eval_record
 from gdro.run.ioerrors import atomic_write, atomic_write_text
 
@@ -81,15 +79,6 @@ def _untable(table: Any) -> list[dict]:
     return rows
 
 
-def _overrides(run_dir: Path) -> list | None:
-    """The command line's overrides that Hydra recorded (``.hydra/overrides.yaml``), None without them."""
-    try:
-        overrides = yaml.safe_load((run_dir / ".hydra" / "overrides.yaml").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return None
-    return overrides if isinstance(overrides, list) else None
-
-
 def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
     """The summary of ``run`` (a run dir that loads; see the module docstring), named by its path below ``root``
     (the sweep dir; default: the run dir's parent). :class:`UnusableRun` when its run.json cannot be read now."""
@@ -104,7 +93,7 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "run": rel, "sweep": Path(os.path.abspath(root)).name, "method": run.method,
         "label": run.label, "seed": run.seed, "status": run.status, "problems": run.problems,
-        "last_step": meta.get("last_step"), "choices": meta.get("choices"), "overrides": _overrides(run.path),
+        "last_step": meta.get("last_step"), "choices": meta.get("choices"), "overrides": read_overrides(run.path),
         "commit": git.get("commit"), "dirty": git.get("dirty"), "versions": meta.get("versions"),
         "machine": meta.get("machine"), "world_size": meta.get("world_size"), "data": meta.get("data"),
         "config": run.config,

@@ -211,7 +211,7 @@ def fig_heatmap(sw: Sweep, path) -> bool:
     maps = {m: heat(ts) for m, ts in sw.groups.items()}
     v = max((float(np.nanmax(np.abs(e))) for _, e in maps.values() if np.isfinite(e).any()), default=0.0) or 0.05
     fig, axes = plt.subplots(len(maps), 1, figsize=(10, 0.6 + (0.8 + 0.25 * len(sw.bins)) * len(maps)),
-                             squeeze=False)
+                             squeeze=False, sharex=True, sharey=True)  # the same rows (sw.bins) and steps in each
     for ax, (m, (steps, e)) in zip(axes[:, 0], maps.items()):
         extent = (steps[0] - 0.5, steps[-1] + 0.5, len(sw.bins) - 0.5, -0.5)
         im = ax.imshow(np.ma.masked_invalid(e), aspect="auto", interpolation="nearest", cmap="RdBu_r", vmin=-v,
@@ -228,7 +228,8 @@ def fig_heatmap(sw: Sweep, path) -> bool:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper right")
         fig.colorbar(im, ax=ax, pad=0.01)
-    axes[-1, 0].set_xlabel("step")
+    span = (min(st[0] for st, _ in maps.values()) - 0.5, max(st[-1] for st, _ in maps.values()) + 0.5)
+    axes[-1, 0].set(xlabel="step", xlim=span)
     return _save(fig, path)
 
 

@@ -2,7 +2,9 @@
 
 A checkpoint is a directory ``<run_dir>/checkpoints/step_NNNNNN/`` holding
 
-* ``policy.pt`` — the policy's ``state_dict``;
+* ``policy.pt`` — the policy's ``state_dict``; of a LoRA policy only its adapters and a reference to the base
+  weights with their checksum (format 2, :mod:`gdro.run.checkpoint_lora`; the reference also in ``meta.json``'s
+  ``lora_base``), checked against the weights loaded on resume;
 * ``optimizer.pt`` — the optimiser's and the LR schedule's ``state_dict``;
 * ``trainer.pt`` — the step, the classifier / sampler / allocator state (the sampler's holds the data order) and
   every RNG stream (the trainer's numpy generators and torch's CPU and CUDA generators);
@@ -35,9 +37,12 @@ from typing import Any
 
 import torch
 
+from gdro.run.checkpoint_lora import BASE_REF, lean_policy_state
 from gdro.run.ioerrors import named_io
 
 FORMAT_VERSION = 1
+LEAN_FORMAT_VERSION = 2  # a LoRA policy's checkpoint: adapters and a reference to the base (older gdro refuse it)
+READABLE_FORMATS = (FORMAT_VERSION, LEAN_FORMAT_VERSION)
 CKPT_ROOT = "checkpoints"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 _TMP_PREFIX = ".tmp-"
@@ -92,7 +97,11 @@ class CheckpointError(ValueError):
 
     label = "checkpoint error"
 
-    def __init__(self, ckpt: Path, what: str, err: BaseException):
+    def __init__(self, ckpt: Path, what: str, err: BaseException | None = None):
+        """``what`` of ``ckpt`` is unreadable because of ``err``; without ``err``, ``what`` is the whole reason."""
+        if err is None:
+            super().__init__(f"{ckpt}: {what}")
+            return
         older = [p for _, p in list_checkpoints(ckpt.parent) if p != ckpt]
         hint = f"; move it aside to resume from {older[-1].name}" if older else ""
         super().__init__(f"{ckpt}: {what} is unreadable ({type(err).__name__}: {' '.join(str(err).split())}){hint}")
@@ -248,7 +257,9 @@ def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], me
                     keep: int) -> Path:
     """Write ``files`` (name → object, each ``torch.save``d as ``<name>.pt``) and ``meta.json`` atomically.
 
-    Returns the checkpoint's path. Saving a step that already has a checkpoint leaves the existing one.
+    A LoRA policy (``files["policy"]`` holds adapters) is written lean: its adapters and a reference to its base
+    weights (:func:`gdro.run.checkpoint_lora.lean_policy_state`), format :data:`LEAN_FORMAT_VERSION`. Returns the
+    checkpoint's path. Saving a step that already has a checkpoint leaves the existing one.
     """
     root = Path(run_dir) / CKPT_ROOT
     final = root / step_dirname(step)
@@ -256,26 +267,42 @@ def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], me
         return final
     for stale in root.glob(f"{_TMP_PREFIX}*"):  # left by a process killed mid-write
         shutil.rmtree(stale, ignore_errors=True)
+    version, lean = FORMAT_VERSION, lean_policy_state(files["policy"]) if "policy" in files else None
+    if lean is not None:
+        files, version = {**files, "policy": lean[0]}, LEAN_FORMAT_VERSION
+        meta = {**meta, "lora_base": _base_record(lean[1], meta.get("config"))}
     with atomic_dir(final) as tmp:
         for name, obj in files.items():
             _write(tmp / f"{name}.pt", obj)
-        _write(tmp / "meta.json", {"format_version": FORMAT_VERSION, "step": step, **meta})
+        _write(tmp / "meta.json", {"format_version": version, "step": step, **meta})
     for _, old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
 
+def _base_record(ref: dict[str, Any], config: Any) -> dict[str, Any]:
+    """meta.json's ``lora_base``: the base weights' reference and which model they were read as (run.json's
+    ``model`` says which dir and the dir's file checksums, scripts/get_smollm2.py)."""
+    model = config.get("model") if isinstance(config, Mapping) else None
+    named = {k: model.get(k) for k in ("name_or_path", "revision", "fallback")} if isinstance(model, Mapping) else {}
+    return {**ref, **named}
+
+
 def load_checkpoint(ckpt: str | Path, names: tuple[str, ...]) -> dict[str, Any]:
-    """The objects saved under ``names`` (``<name>.pt``), on the CPU."""
+    """The objects saved under ``names`` (``<name>.pt``), on the CPU. A lean LoRA policy's base reference is given
+    the checkpoint's path (for the one line that refuses a changed base, gdro.models.lora)."""
     ckpt = Path(ckpt)
     meta = read_meta(ckpt)
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in READABLE_FORMATS:
         raise CheckpointError(ckpt, "its format", ValueError(f"format {meta.get('format_version')}, this gdro reads "
-                                                             f"{FORMAT_VERSION}"))
+                                                             f"{', '.join(map(str, READABLE_FORMATS))}"))
     out = {}
     for n in names:
         try:
             out[n] = torch.load(ckpt / f"{n}.pt", map_location="cpu", weights_only=False)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as err:  # truncated, damaged, missing
             raise CheckpointError(ckpt, f"{n}.pt", err) from err
+    ref = out["policy"].get(BASE_REF) if isinstance(out.get("policy"), Mapping) else None
+    if isinstance(ref, dict):
+        ref["checkpoint"] = str(ckpt)
     return out

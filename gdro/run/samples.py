@@ -23,6 +23,10 @@ SAMPLES_DIR = "samples"
 ROW_KEYS = {"train": "samples/train", "eval": "samples/eval"}  # kind -> the row key and the W&B table's name
 COLUMNS = ("step", "group", "uid", "level", "bin", "n", "prompt", "completion", "reward", "correct", "verdict",
            "finish_reason")
+# ``bin``: the classifier's bin index of the prompt when drawn (0 = hardest). A prompt not yet seen is bin 0 under
+# ``classifier.unseen=hardest`` and bin B, one past the last pass bin (10 with ten bins: the metrics' ``unseen``
+# label), under ``unseen=separate``; None in eval records (held-out prompts are not binned). conf/train.yaml and the
+# README's run-dir table say the same.
 
 
 @dataclass(frozen=True)
@@ -77,7 +81,7 @@ def records(roll: Any, scored: Any, problems: Sequence[Any], rows: Sequence[int]
             n: Sequence[int]) -> list[dict[str, Any]]:
     """One record per row of ``rows`` of a rollout batch ``roll`` (gdro.rollout.base.RolloutBatch) scored as
     ``scored`` (gdro.interfaces.RewardBatch); ``problems[g]``, ``bins[g]`` and ``n[g]`` are group ``g``'s problem,
-    difficulty bin (None: not binned) and rollouts. The step is stamped when the records are written."""
+    difficulty bin (None: not binned; an unseen prompt's as :data:`COLUMNS`' comment says) and rollouts. The step is stamped when the records are written."""
     out = []
     for i in rows:
         g = int(roll.group_index[i])
