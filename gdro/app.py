@@ -188,7 +188,14 @@ def _hydra_error_line(err: Exception, compose_without: Callable[[str], DictConfi
         valid = [str(k) for k in node if not str(k).startswith("_")] if isinstance(node, DictConfig) else []
         close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
         hint = f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else ""
-        return f"unknown key '{key}'", _options_having(key, job) or hint
+        from gdro.run.migrations import moved_key
+
+        moved = moved_key(key)
+        if moved is not None:
+            hint = f" (moved to '{moved.new}')"
+        choices = OmegaConf.select(cfg, "hydra.runtime.choices") if cfg is not None else None
+        choices = OmegaConf.to_container(choices) if isinstance(choices, DictConfig) else None
+        return f"unknown key '{key}'", hint or _options_having(key, job, choices)
     key = getattr(err, "full_key", None)
     return (f"{key}: {err}" if key else str(err)), ""
 

@@ -33,6 +33,7 @@ from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
 from gdro.filters import DynamicSampling, Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
+from gdro.loss import Objective
 from gdro.models.loading import Policy, lora_target_problem
 from gdro.models.source import model_provenance
 from gdro.policy import Forward
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
         Reward,
         RolloutAllocator,
     )
-    from gdro.loss import Loss
+    from gdro.loss import AdvantageEstimator, Loss
     from gdro.models.loading import ModelSpec
     from gdro.policy import OptimConfig
     from gdro.run.checkpoint import CheckpointConfig
@@ -62,8 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GROUPS = ("model", "data", "classifier", "sampler", "skip", "allocator", "filter", "rollout", "loss", "optim", "reward",
-          "eval", "logger")
+GROUPS = ("model", "data", "classifier", "sampler", "skip", "allocator", "filter", "rollout", "advantage", "loss", "optim",
+          "reward", "eval", "logger")
 COMPONENTS = (*GROUPS, "checkpoint", "dist", "lock")  # config groups (one YAML per option) plus nodes set in train.yaml itself
 
 
@@ -80,6 +81,7 @@ class Components:
     allocator: RolloutAllocator
     filter: Filter  # which generated groups a step trains on (gdro.filters)
     rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
+    advantage: AdvantageEstimator  # rewards -> advantages (gdro.loss.advantage_estimators), handed to the loss
     loss: Loss
     optim: OptimConfig
     reward: Reward
@@ -96,6 +98,7 @@ def build_components(cfg: DictConfig) -> Components:
     Unknown keys, wrong types, ranges and cross-field rules fail here as a one-line ConfigError naming the key;
     no model or dataset is loaded.
     """
+    check_moved_keys(cfg)
     run, parts = validate_config(cfg, COMPONENTS, RunSettings)
     try:  # cross-group rule: the allocator must be able to meet the mean budget n̄ (Eq. 19 feasible)
         parts["allocator"].check_budget(run.rollouts_per_prompt)
@@ -103,6 +106,7 @@ def build_components(cfg: DictConfig) -> Components:
         raise ConfigError(f"rollouts_per_prompt={run.rollouts_per_prompt}: {err} "
                           f"(allocator {type(parts['allocator']).__name__})") from err
     check_groups_can_mix(parts["filter"], run.rollouts_per_prompt, parts["allocator"])
+    check_advantage(parts["advantage"], parts["loss"], run.rollouts_per_prompt, parts["allocator"])
     check_engine(parts["rollout"])
     if not isinstance(parts["skip"], NoSkip) and parts["sampler"].reads_labels:
         raise ConfigError("skip=greso cannot wrap a control that reads the generator's labels (sampler "
@@ -122,6 +126,39 @@ def check_groups_can_mix(flt: Filter, n_bar: int, allocator: Any) -> None:
                       "groups whose rewards differ, and every group is then a single rollout, so no round of any step "
                       f"could keep one; set rollouts_per_prompt >= 2{' and allocator.n_max >= 2' if capped else ''}, "
                       "or filter=none")
+
+
+def check_moved_keys(cfg: DictConfig) -> None:
+    """A key gdro moved to another group (gdro.run.migrations, kind ``key``: #50's ``loss.scale_rewards`` is
+    ``advantage.scale_rewards``), set in a preset or with ``+key=``: a ConfigError naming the new key (unless the
+    group's component, a user's own, has a key of that name)."""
+    from gdro.run.migrations import moved_key
+    from gdro.validate import node_schema
+
+    for group in GROUPS:
+        node = cfg.get(group)
+        for key in (node if isinstance(node, DictConfig) else ()):
+            moved = moved_key(f"{group}.{key}")
+            if moved is not None and key not in node_schema(node, group)[1].fields:
+                raise ConfigError(f"{group}.{key}: moved to {moved.new} ({moved.why}); set {moved.new} instead")
+
+
+def check_advantage(advantage: Any, loss: Any, n_bar: int, allocator: Any) -> None:
+    """The advantage estimator against the run: the smallest group the allocator can give (n̄, or its ``n_min``) is
+    one the estimator is defined on; the loss computes no advantages of its own (a loss class written before #50
+    that still defines ``advantages`` would be silently unused)."""
+    from gdro.loss.advantage_estimators import check_group_sizes
+
+    n_min = getattr(allocator, "n_min", None)
+    key, smallest = ("allocator.n_min", n_min) if n_min is not None and n_min < n_bar else ("rollouts_per_prompt", n_bar)
+    try:
+        check_group_sizes(advantage, smallest, key)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
+    if callable(getattr(loss, "advantages", None)):
+        raise ConfigError(f"loss._target_={type(loss).__module__}.{type(loss).__qualname__}: defines advantages(), "
+                          "which gdro no longer calls: the advantages are the advantage group's since #50 "
+                          "(advantage=grpo|dr-grpo|rloo|reinforce-pp|grpo-passk, or your own; docs/extending.md)")
 
 
 def check_engine(engine_cfg: Any) -> None:
@@ -303,7 +340,8 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
         settings=run, policy=policy, reward=comp.reward,
         controllers=Controllers(comp.sampler, comp.allocator, comp.classifier),
         problems=Problems(splits.problems["train"], splits.problems["test"]),
-        loss=comp.loss, optim_cfg=comp.optim, eval_cfg=comp.eval, train_sampling=sampling, filter=comp.filter,
+        objective=Objective(comp.advantage, comp.loss), optim_cfg=comp.optim, eval_cfg=comp.eval,
+        train_sampling=sampling, filter=comp.filter,
         forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
     )
     return Training(Lifecycle(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)

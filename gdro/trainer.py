@@ -21,7 +21,7 @@ from gdro.controllers.ledger import ComputeLedger, rollout_metrics
 from gdro.evaluation.heldout import EvalConfig, evaluate
 from gdro.filters import Drawn, Filter, NoFilter
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
-from gdro.loss import Loss
+from gdro.loss import Objective
 from gdro.models.loading import Policy
 from gdro.policy import Forward, OptimConfig, ppo_update
 from gdro.rollout.base import SamplingParams
@@ -53,7 +53,7 @@ class Trainer:
     reward: Reward
     controllers: Controllers
     problems: Problems
-    loss: Loss
+    objective: Objective  # the advantage estimator (advantage=) and the loss that reads its advantages (loss=)
     optim_cfg: OptimConfig
     eval_cfg: EvalConfig
     train_sampling: SamplingParams
@@ -89,15 +89,15 @@ class Trainer:
 
     def _step(self, step: int, st: _State) -> dict[str, Any]:
         """One GRPO step, as the algorithm reads; returns its metrics row."""
-        run, loss, clock = self.settings, self.loss, StepClock()
+        run, (advantage, loss), clock = self.settings, self.objective, StepClock()
         # 1-3. prompts, rollouts per prompt (ragged), generation and reward in one round (_draw) -- or in several, when
         #      a filter keeps only groups with signal (DAPO); the ledger counts every generated rollout, kept or not
         c = self.filter.collect(lambda count, rnd: self._draw(step, st, count, rnd, clock), run.prompts_per_step)
         d = c.kept
         with clock("reward_s"):
-            # the loss's advantages over each prompt's own group (GRPO: Eq. 3)
-            adv = loss.advantages(torch.as_tensor(d.scored.rewards, dtype=torch.float32),
-                                  torch.as_tensor(d.roll.group_index), len(d.ids))
+            # the advantages over each prompt's own group (advantage=<estimator>; GRPO: Eq. 3), which the loss reads
+            adv = advantage(torch.as_tensor(d.scored.rewards, dtype=torch.float32),
+                            torch.as_tensor(d.roll.group_index), len(d.ids))
         with clock("controller_s"):
             # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
             mult = self.controllers.sampler.loss_weights(d.bins, d.roll.group_index)

@@ -215,7 +215,7 @@ def our_overrides(path: str, args) -> list[str]:
         "model.dtype=float32", "model.master_dtype=float32", "model.gradient_checkpointing=false",
         "rollout=hf", "rollout.temperature=1.0", "rollout.top_p=1.0", "rollout.top_k=0",
         f"loss.beta_kl={args.beta}", f"loss.clip_low={CLIP_LOW}", f"loss.clip_high={CLIP_HIGH}", "loss.agg=token-mean",
-        "loss.kl_estimator=low_var_kl", "loss.norm_adv_by_std=true", "loss.unbiased_std=true", f"loss.adv_eps={ADV_EPS}",
+        "loss.kl_estimator=low_var_kl", "advantage.norm_adv_by_std=true", "advantage.unbiased_std=true", f"advantage.eps={ADV_EPS}",
         f"optim.lr={LR}", f"optim.weight_decay={WEIGHT_DECAY}", f"optim.grad_clip={GRAD_CLIP}", "optim.warmup_steps=0",
         "optim.ppo_epochs=1", "optim.mini_batches=1", f"optim.micro_batch_size={args.micro_batch}",
         "optim.skip_zero_adv=false",  # equal work: every row goes through the update, as in TRL

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from gdro.grading.passk import mean_at_k, pass_at_k
 from gdro.loss import (
     AGG_MODES,
+    GRPOAdvantage,
     GRPOLoss,
     aggregate,
     aggregation_denom,
@@ -236,7 +237,6 @@ def test_k3_nonnegative_and_clamped(xs: list[float]) -> None:
         ("clip_low", 1.0, "clip_low must be in (0, 1), got 1.0"),
         ("clip_high", 0.0, "clip_high must be > 0, got 0.0"),
         ("beta_kl", -0.001, "beta_kl must be >= 0, got -0.001"),
-        ("adv_eps", -1e-6, "adv_eps must be >= 0, got -1e-06"),
         ("kl_estimator", "k4", "kl_estimator must be one of"),
         ("agg", "mean", "agg must be one of"),
         ("clip_ratio_c", 1.0, "clip_ratio_c must be > 1"),
@@ -257,7 +257,9 @@ def test_loss_config_defaults() -> None:
         "low_var_kl",
         "token-mean",
     )
-    assert cfg.norm_adv_by_std and cfg.adv_eps == 1e-6 and not cfg.unbiased_std and cfg.clip_ratio_c is None
+    assert cfg.clip_ratio_c is None
+    adv = GRPOAdvantage()  # the advantage keys moved to advantage=grpo (#50)
+    assert adv.norm_adv_by_std and adv.eps == 1e-6 and not adv.unbiased_std and adv.scale_rewards == "group"
 
 
 # ----------------------------------------------------------------------------- pass@k / mean@k

@@ -22,7 +22,9 @@ import torch
 from gdro.loss import (
     AGG_MODES,
     BatchCounts,
+    DrGRPOAdvantage,
     DrGRPOLoss,
+    GRPOAdvantage,
     GRPOLoss,
     GSPOLoss,
     Loss,
@@ -220,26 +222,24 @@ def test_advantages_hand_example_over_ragged_groups():
     """
     rewards = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 1.0])
     groups = torch.tensor([0, 2, 0, 1, 0, 2])
-    dr = DrGRPOLoss(max_new_tokens=4).advantages(rewards, groups, 4)
+    dr = DrGRPOAdvantage()(rewards, groups, 4)  # loss=dr-grpo's (it selects advantage=dr-grpo; #50)
     torch.testing.assert_close(dr, torch.tensor([2 / 3, 0.0, -1 / 3, 0.0, -1 / 3, 0.0]))
     std = math.sqrt(2 / 9) + 1e-6
-    for loss in (GRPOLoss(), GSPOLoss()):
-        got = loss.advantages(rewards, groups, 4)
+    for estimator in (GRPOAdvantage(),):  # loss=grpo's and loss=gspo's (advantage=grpo, the default)
+        got = estimator(rewards, groups, 4)
         torch.testing.assert_close(
             got, torch.tensor([2 / 3 / std, 0.0, -1 / 3 / std, 0.0, -1 / 3 / std, 0.0])
         )
 
 
-@pytest.mark.parametrize(
-    "loss", [GRPOLoss(), GSPOLoss(), DrGRPOLoss(max_new_tokens=4)], ids=lambda x: type(x).__name__
-)
-def test_advantages_match_the_loop_reference(loss):
+@pytest.mark.parametrize("estimator", [GRPOAdvantage(), DrGRPOAdvantage()], ids=lambda x: type(x).__name__)
+def test_advantages_match_the_loop_reference(estimator):
     g = torch.Generator().manual_seed(0)
     sizes = [5, 1, 0, 3, 8, 2]  # Rollout-GDRO's ragged n, an empty group among them
     groups = torch.tensor([k for k, n in enumerate(sizes) for _ in range(n)])[torch.randperm(19, generator=g)]
     rewards = torch.randint(0, 2, (19,), generator=g).to(F64)
-    got = loss.advantages(rewards, groups, len(sizes))
-    want = advantages_reference(rewards.tolist(), groups.tolist(), by_std=not isinstance(loss, DrGRPOLoss))
+    got = estimator(rewards, groups, len(sizes))
+    want = advantages_reference(rewards.tolist(), groups.tolist(), by_std=not isinstance(estimator, DrGRPOAdvantage))
     torch.testing.assert_close(got, torch.tensor(want, dtype=F64), rtol=1e-12, atol=1e-12)
 
 
@@ -320,12 +320,12 @@ def test_grpo_is_the_loss_of_before_the_seam_to_the_bit():
             assert all(torch.equal(got[1][k], want[1][k]) for k in want[1])
             assert torch.equal(got[2].pg, want[2].pg) and torch.equal(got[2].kl, want[2].kl)
     r, gi = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0]), torch.tensor([0, 0, 1, 1, 1])
-    for kw in ({}, {"norm_adv_by_std": False}, {"unbiased_std": True, "adv_eps": 0.0}):
-        cfg = GRPOLoss(**kw)
+    for kw in ({}, {"norm_adv_by_std": False}, {"unbiased_std": True, "eps": 0.0}):
+        adv_cfg = GRPOAdvantage(**kw)  # the advantage keys of loss=grpo moved to advantage=grpo (#50)
         want = group_advantages(
-            r, gi, 2, norm_by_std=cfg.norm_adv_by_std, eps=cfg.adv_eps, unbiased_std=cfg.unbiased_std
+            r, gi, 2, norm_by_std=adv_cfg.norm_adv_by_std, eps=adv_cfg.eps, unbiased_std=adv_cfg.unbiased_std
         )
-        assert torch.equal(cfg.advantages(r, gi, 2), want)
+        assert torch.equal(adv_cfg(r, gi, 2), want)
 
 
 @pytest.mark.parametrize(
@@ -334,7 +334,7 @@ def test_grpo_is_the_loss_of_before_the_seam_to_the_bit():
         (lambda: GSPOLoss(clip_low=1.5), "clip_low must be in (0, 1), got 1.5"),
         (lambda: GSPOLoss(clip_high=0.0), "clip_high must be > 0, got 0.0"),
         (lambda: GSPOLoss(agg="mean"), "agg must be one of"),
-        (lambda: GSPOLoss(adv_eps=-1.0), "adv_eps must be >= 0, got -1.0"),
+        (lambda: GRPOAdvantage(eps=-1.0), "eps must be >= 0, got -1.0"),
         (lambda: DrGRPOLoss(max_new_tokens=0), "max_new_tokens must be >= 1, got 0"),
         (lambda: DrGRPOLoss(max_new_tokens=4, kl_estimator="k4"), "kl_estimator must be one of"),
         (lambda: DrGRPOLoss(max_new_tokens=4, beta_kl=-1.0), "beta_kl must be >= 0, got -1.0"),
@@ -382,7 +382,8 @@ def test_ppo_update_is_the_same_in_any_micro_batches(tiny_roll, loss):
     from the second mini-batch on."""
     model, tok, roll = tiny_roll
     rewards = torch.tensor([1.0, 0, 1, 1, 0, 1, 1, 0, 0, 1, 0], dtype=torch.float32)
-    adv = loss.advantages(rewards, torch.as_tensor(roll.group_index), roll.num_groups)
+    estimator = DrGRPOAdvantage() if isinstance(loss, DrGRPOLoss) else GRPOAdvantage()  # what each loss= selects
+    adv = estimator(rewards, torch.as_tensor(roll.group_index), roll.num_groups)
     out = []
     for micro in (128, 2):
         policy, ref = copy.deepcopy(model), copy.deepcopy(model).eval().requires_grad_(False)

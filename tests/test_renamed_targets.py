@@ -132,7 +132,8 @@ def test_a_checkpoint_from_before_the_layout_resumes(tmp_path):
 def test_the_table_holds_only_what_a_resumable_schema_needs():
     """Entries under schema s serve checkpoints of schema <= s: s is one this gdro resumes and no longer writes."""
     assert MIGRATIONS and all(OLDEST_RESUMABLE <= s < SCHEMA for s in MIGRATIONS)
-    assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group", "inert"}
+    assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group", "inert", "key",
+                                                                           "implied"}
     # a checkpoint of the current schema holds today's names: nothing is read otherwise
     assert renamed_target("gdro.loss.LossConfig", SCHEMA) == "gdro.loss.LossConfig"
     assert migrations.added_group("filter._target_", SCHEMA) is None
@@ -190,7 +191,8 @@ def test_the_overlong_limit_an_old_config_lacks_is_forgiven_only_while_the_punis
     assert config_differences(old, on, schema=0) == ["reward.overlong_buffer: <absent> -> 4",
                                                      "reward.overlong_max_tokens: <absent> -> 16"]
     off = _resolved("experiment=smoke progress=false")
-    assert config_differences(old, off, schema=SCHEMA) == ["reward.overlong_max_tokens: <absent> -> 16"]
+    # schema 1: after the schema-0 entries, before #50's (the advantage keys the old loss held still map)
+    assert config_differences(old, off, schema=1) == ["reward.overlong_max_tokens: <absent> -> 16"]
     old_limit = json.loads(json.dumps(old))
     old_limit["reward"]["overlong_max_tokens"] = 8  # a key the old config holds is always compared
     assert config_differences(old_limit, off, schema=0) == ["reward.overlong_max_tokens: 8 -> 16"]

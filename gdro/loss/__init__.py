@@ -1,4 +1,5 @@
-"""Policy losses, one file each, behind one seam (``loss=<name>``; docs/extending.md, "A loss"):
+"""Policy losses, one file each, behind one seam (``loss=<name>``; docs/extending.md, "A loss"), and the advantage
+estimators they read, an axis of their own (``advantage=<name>``):
 
 - ``base``: the :class:`Loss` Protocol, and what the update hands a loss (:class:`LossInputs`,
   :class:`BatchCounts`);
@@ -7,12 +8,22 @@
 - ``gspo``: :class:`GSPOLoss`, ``loss=gspo`` (sequence-level ratio and clip; arXiv 2507.18071);
 - ``dr_grpo``: :class:`DrGRPOLoss`, ``loss=dr-grpo`` (centred advantages, constant normaliser; arXiv
   2503.20783);
-- ``trl``: :class:`TRLLoss`, what the losses of TRL's ``loss_type``s share (``scale_rewards`` advantages, the KL);
+- ``trl``: :class:`TRLLoss`, what the losses of TRL's ``loss_type``s share (the KL, the reduction);
   ``dapo``: :class:`DAPOLoss`, ``loss=dapo``; ``bnpo``: :class:`BNPOLoss`, ``loss=bnpo``; ``cispo``:
-  :class:`CISPOLoss`, ``loss=cispo``; ``sapo``: :class:`SAPOLoss`, ``loss=sapo`` (each as TRL 1.16 computes it).
+  :class:`CISPOLoss`, ``loss=cispo``; ``sapo``: :class:`SAPOLoss`, ``loss=sapo`` (each as TRL 1.16 computes it);
+- ``advantages``: the estimators as pure functions over ragged groups; ``advantage_estimators``: their configs,
+  ``advantage=grpo|dr-grpo|rloo|reinforce-pp|grpo-passk`` (:class:`AdvantageEstimator`).
 """
 
-from gdro.loss.base import BatchCounts, Loss, LossInputs
+from gdro.loss.advantage_estimators import (
+    AdvantageEstimator,
+    DrGRPOAdvantage,
+    GRPOAdvantage,
+    GRPOPassKAdvantage,
+    ReinforcePPAdvantage,
+    RLOOAdvantage,
+)
+from gdro.loss.base import BatchCounts, Loss, LossInputs, Objective
 from gdro.loss.bnpo import BNPOLoss
 from gdro.loss.cispo import CISPOLoss
 from gdro.loss.dapo import DAPOLoss
@@ -36,7 +47,8 @@ from gdro.loss.terms import (
 from gdro.loss.trl import TRLLoss
 
 __all__ = [
-    "AGG_MODES", "KL_ESTIMATORS", "BNPOLoss", "BatchCounts", "CISPOLoss", "DAPOLoss", "DrGRPOLoss", "GRPOLoss",
-    "GSPOLoss", "Loss", "LossInputs", "SAPOLoss", "TRLLoss", "TokenTerms", "aggregate", "aggregation_denom", "check_hyper", "clipped_surrogate",
-    "grpo_loss", "kl_penalty", "kl_term", "per_response_mean",
+    "AGG_MODES", "KL_ESTIMATORS", "AdvantageEstimator", "BNPOLoss", "BatchCounts", "CISPOLoss", "DAPOLoss",
+    "DrGRPOAdvantage", "DrGRPOLoss", "GRPOAdvantage", "GRPOLoss", "GRPOPassKAdvantage", "GSPOLoss", "Loss",
+    "LossInputs", "Objective", "RLOOAdvantage", "ReinforcePPAdvantage", "SAPOLoss", "TRLLoss", "TokenTerms", "aggregate",
+    "aggregation_denom", "check_hyper", "clipped_surrogate", "grpo_loss", "kl_penalty", "kl_term", "per_response_mean",
 ]

@@ -1,13 +1,16 @@
 """The loss seam: the ``Loss`` Protocol of every ``conf/loss`` option, and what the update hands a loss.
 
-A loss owns both halves of what GRPO-like methods disagree on, so a new one is one file and one option file:
+GRPO-like methods disagree on two axes, each a config group of its own (as verl's ``adv_estimator`` and
+``policy_loss``), so a new one is one file and one option file:
 
-* ``advantages(rewards, group_index, num_groups)``: the step's ``(N,)`` advantages from the rewards and each
-  response's group (prompt), over *ragged* groups (gdro/loss/advantages.py segment ops; Eq. 3 for GRPO). The
-  trainer then multiplies them by Prompt-GDRO's positive multipliers (Eq. 16) before the update.
-* ``compute(batch, counts)``: the loss of one micro-batch (``LossInputs``), divided by denominators taken from
-  the whole mini-batch's ``BatchCounts``, so that the micro-batch losses, gradients and statistics *sum* to
-  the mini-batch's (gradient accumulation, and processes that each forward a part of the mini-batch).
+* the advantages (``advantage=<name>``, gdro/loss/advantage_estimators.py): the step's ``(N,)`` advantages from the
+  rewards and each response's group (prompt), over *ragged* groups (Eq. 3 for GRPO). The trainer multiplies them by
+  Prompt-GDRO's positive multipliers (Eq. 16) and hands them to the loss as ``LossInputs.adv``;
+* the loss (``loss=<name>``), ``compute(batch, counts)``: the loss of one micro-batch (``LossInputs``), divided by
+  denominators taken from the whole mini-batch's ``BatchCounts``, so that the micro-batch losses, gradients and
+  statistics *sum* to the mini-batch's (gradient accumulation, and processes that each forward a part of the
+  mini-batch). A loss reads the advantages it is given; it computes none (before #50 each loss had an
+  ``advantages`` method: gdro.build refuses a loss class that still defines one, which nothing would call).
 
 Every loss in gdro is linear in the advantages for a positive factor (``max``/``min`` commute with it), so the
 trainer recovers the unweighted per-response loss by dividing by the multiplier (``StepFeedback.pg_loss``).
@@ -20,9 +23,10 @@ from typing import NamedTuple, Protocol, runtime_checkable
 import numpy as np
 import torch
 
+from gdro.loss.advantage_estimators import AdvantageEstimator
 from gdro.loss.terms import TokenTerms
 
-__all__ = ["BatchCounts", "Loss", "LossInputs"]
+__all__ = ["BatchCounts", "Loss", "LossInputs", "Objective"]
 
 
 class LossInputs(NamedTuple):
@@ -80,7 +84,7 @@ class BatchCounts(NamedTuple):
 
 @runtime_checkable
 class Loss(Protocol):
-    """A policy loss with its advantages (``loss=<name>``: ``conf/loss/<name>.yaml``; docs/extending.md).
+    """A policy loss (``loss=<name>``: ``conf/loss/<name>.yaml``; docs/extending.md), over given advantages.
 
     ``beta_kl`` > 0 makes the run load a frozen reference model and pass its log-probs as
     ``LossInputs.ref_logp``; with 0 none is loaded and rows with zero advantage may skip the forward
@@ -88,11 +92,6 @@ class Loss(Protocol):
     """
 
     beta_kl: float  # coefficient of the KL to π_ref in the loss (0: no reference model)
-
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """``(N,)`` advantages of ``rewards`` ``(N,)``, response ``i`` in group ``group_index[i]`` of
-        ``num_groups`` (ragged: groups of any size, their rows in any order)."""
-        ...
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
@@ -104,3 +103,11 @@ class Loss(Protocol):
         per-response signals are their token means (``per_response_mean``).
         """
         ...
+
+
+class Objective(NamedTuple):
+    """What a step optimises, its two axes (verl: ``adv_estimator`` and ``policy_loss``): the advantage estimator
+    (``advantage=<name>``, gdro/loss/advantage_estimators.py) and the loss that reads its advantages (``loss=<name>``)."""
+
+    advantage: AdvantageEstimator  # (rewards, group_index, num_groups) -> (N,) advantages
+    loss: Loss

@@ -3,13 +3,16 @@ Critical Perspective", arXiv 2503.20783), as TRL computes it with ``loss_type="d
 
 Deltas from GRPO (gdro/loss/grpo.py), the two biases the paper removes:
 
-    A_i  = r_i - mean_g r                                   no division by the group std (question-level bias)
+    A_i  = r_i - mean_g r                     advantage=dr-grpo: no division by the group std (question-level bias)
     loss = sum_{i,t} m_{i,t} (pg_{i,t} + beta_kl kl_{i,t}) / (B L)      a constant normaliser (length bias)
 
 with GRPO's token-level clipped surrogate ``pg`` (Eq. 4-5), ``B`` the responses of the mini-batch (all of
 them, with or without valid tokens) and ``L = max_new_tokens``, the completion length limit (TRL:
 ``max_completion_length``). A long response's tokens weigh what a short one's do, and the scale of the loss
 does not depend on which responses a micro-batch holds: every micro-batch divides by its mini-batch's B L.
+
+The advantage is its own config group since #50: ``loss=dr-grpo`` selects ``advantage=dr-grpo`` (conf/loss/dr-grpo.yaml's
+defaults list), so it means both halves as before; ``loss=dr-grpo advantage=<other>`` keeps the normaliser only.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import group_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
 
@@ -27,11 +29,10 @@ __all__ = ["DrGRPOLoss"]
 
 @dataclass(frozen=True)
 class DrGRPOLoss:
-    """The Dr. GRPO loss and its advantages; hyperparameters as in ``conf/loss/dr-grpo.yaml``.
+    """The Dr. GRPO loss; hyperparameters as in ``conf/loss/dr-grpo.yaml``.
 
     max_new_tokens: ``L`` of the normaliser ``B L`` (the run's ``model.max_new_tokens``). clip_low /
-    clip_high / clip_ratio_c / beta_kl / kl_estimator: as in GRPO. No ``agg`` (the normaliser is the method)
-    and no advantage options (the advantage is the centred reward).
+    clip_high / clip_ratio_c / beta_kl / kl_estimator: as in GRPO. No ``agg`` (the normaliser is the method).
     """
 
     max_new_tokens: int
@@ -46,10 +47,6 @@ class DrGRPOLoss:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
                     kl_estimator=self.kl_estimator, clip_ratio_c=self.clip_ratio_c)
-
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """``r - mean`` over each prompt's own (ragged) group: no std normalisation."""
-        return group_advantages(rewards, group_index, num_groups, norm_by_std=False)
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:

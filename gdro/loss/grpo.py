@@ -1,7 +1,8 @@
-"""GRPO, ``loss=grpo`` (the default): group-normalised advantages and the token-level clipped surrogate with a
-KL to the frozen initial policy (paper Eq. 3-7, Appendix A; verl's actor loss with ``use_kl_loss``).
+"""GRPO, ``loss=grpo`` (the default): the token-level clipped surrogate with a KL to the frozen initial policy (paper
+Eq. 4-7, Appendix A; verl's actor loss with ``use_kl_loss``), over the advantages it is given (``advantage=grpo``, the
+default, is Eq. 3: gdro/loss/advantage_estimators.py).
 
-    A_i  = (r_i - mean_g r) / (std_g r + eps)        over each prompt's own (ragged) group      (Eq. 3)
+    A_i  = (r_i - mean_g r) / (std_g r + eps)        advantage=grpo, over each prompt's own (ragged) group  (Eq. 3)
     pg_t = max(-A_i rho_t, -A_i clip(rho_t, 1 - clip_low, 1 + clip_high))                       (Eq. 4-5)
     loss = agg(pg) + beta_kl agg(kl)                                                            (Eq. 6)
 
@@ -14,7 +15,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import check_scale, scaled_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
 
@@ -23,14 +23,12 @@ __all__ = ["GRPOLoss"]
 
 @dataclass(frozen=True)
 class GRPOLoss:
-    """The GRPO loss and its advantages (paper Appendix A / the verl defaults the official code uses).
+    """The GRPO loss (paper Appendix A / the verl defaults the official code uses).
 
     clip_low / clip_high: asymmetric PPO clip epsilons (0.2 / 0.28). beta_kl: KL loss coefficient (0.001).
     kl_estimator: ``kl_penalty`` name (verl ``low_var_kl``). agg: ``aggregate`` mode (verl ``token-mean``).
     clip_ratio_c: dual-clip cap for A < 0 (None = off; verl's default, used by the official runs, is 3.0).
-    norm_adv_by_std / adv_eps / unbiased_std: passed to ``group_advantages`` (Eq. 3). scale_rewards: TRL's
-    ``group`` (Eq. 3) | ``batch`` (the step's std) | ``none`` (``scaled_advantages``; ``norm_adv_by_std: false``
-    is ``none``).
+    The advantages' options (std, eps, scale_rewards) are ``advantage.*`` (``GRPOAdvantage``) since #50.
     """
 
     clip_low: float = 0.2
@@ -38,22 +36,11 @@ class GRPOLoss:
     beta_kl: float = 0.001
     kl_estimator: str = "low_var_kl"
     agg: str = "token-mean"
-    norm_adv_by_std: bool = True
-    adv_eps: float = 1e-6
-    unbiased_std: bool = False
     clip_ratio_c: float | None = None
-    scale_rewards: str = "group"
 
     def __post_init__(self) -> None:
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
-                    kl_estimator=self.kl_estimator, agg=self.agg, clip_ratio_c=self.clip_ratio_c,
-                    adv_eps=self.adv_eps)
-        check_scale(self.scale_rewards, self.norm_adv_by_std)
-
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """Eq. 3 over ragged groups: ``(r - mean) / (std + adv_eps)`` (``r - mean`` without std norm)."""
-        return scaled_advantages(rewards, group_index, num_groups, eps=self.adv_eps, unbiased_std=self.unbiased_std,
-                                 scale=self.scale_rewards if self.norm_adv_by_std else "none")
+                    kl_estimator=self.kl_estimator, agg=self.agg, clip_ratio_c=self.clip_ratio_c)
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:

@@ -7,7 +7,7 @@ Deltas from GRPO (gdro/loss/grpo.py): the importance ratio and its clip are per 
     l_i     = max(-A_i s_i, -A_i clip(s_i, 1 - clip_low, 1 + clip_high))       one clipped term per sequence
     loss    = agg(l_i on each valid token of y_i) + beta_kl agg(kl)    seq-mean-token-mean: mean_i l_i
 
-The advantages are GRPO's (Eq. 3 over ragged groups). With ``agg: seq-mean-token-mean`` (TRL's
+The advantages are those it is given (``advantage=grpo`` by default: Eq. 3 over ragged groups). With ``agg: seq-mean-token-mean`` (TRL's
 ``loss_type="grpo"``, the paper's 1/G sum over a group's sequences) the gradient of y_i's term is
 ``-A_i s_i mean_t grad logp_{i,t}`` while it is not clipped: every token of a sequence weighs the same.
 s_i = 1 when the update is one optimiser step (π_old = π_θ): the clip acts off-policy, from the second
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import check_scale, scaled_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import (
     _LOG_RATIO_CLAMP,
@@ -46,12 +45,11 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
 
 @dataclass(frozen=True)
 class GSPOLoss:
-    """The GSPO loss and its (GRPO) advantages; hyperparameters as in ``conf/loss/gspo.yaml``.
+    """The GSPO loss; hyperparameters as in ``conf/loss/gspo.yaml``.
 
     clip_low / clip_high: the sequence ratio's clip range ``[1 - clip_low, 1 + clip_high]`` (the paper: 3e-4
     / 4e-4). beta_kl / kl_estimator: the KL to π_ref, aggregated like the PG term. agg: ``aggregate`` mode of
-    the per-token loss (each token carries its sequence's term). norm_adv_by_std / adv_eps / unbiased_std /
-    scale_rewards: Eq. 3 and TRL's ``scale_rewards``, as GRPO's.
+    the per-token loss (each token carries its sequence's term). The advantages' options are ``advantage.*``.
     """
 
     clip_low: float = 3e-4
@@ -59,20 +57,10 @@ class GSPOLoss:
     beta_kl: float = 0.001
     kl_estimator: str = "low_var_kl"
     agg: str = "seq-mean-token-mean"
-    norm_adv_by_std: bool = True
-    adv_eps: float = 1e-6
-    unbiased_std: bool = False
-    scale_rewards: str = "group"
 
     def __post_init__(self) -> None:
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
-                    kl_estimator=self.kl_estimator, agg=self.agg, adv_eps=self.adv_eps)
-        check_scale(self.scale_rewards, self.norm_adv_by_std)
-
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """GRPO's Eq. 3 over ragged groups (GSPO keeps the group-normalised advantage)."""
-        return scaled_advantages(rewards, group_index, num_groups, eps=self.adv_eps, unbiased_std=self.unbiased_std,
-                                 scale=self.scale_rewards if self.norm_adv_by_std else "none")
+                    kl_estimator=self.kl_estimator, agg=self.agg)
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:

@@ -310,7 +310,6 @@ def check_hyper(
     kl_estimator: str,
     agg: str | None = None,
     clip_ratio_c: float | None = None,
-    adv_eps: float | None = None,
 ) -> None:
     """The range checks a loss's hyperparameters share (its ``__post_init__``); each message names its key."""
     if not 0.0 < clip_low < 1.0:
@@ -325,5 +324,3 @@ def check_hyper(
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
     if agg is not None and agg not in AGG_MODES:
         raise ValueError(f"agg must be one of {AGG_MODES}, got {agg!r}")
-    if adv_eps is not None and not (adv_eps >= 0.0 and math.isfinite(adv_eps)):
-        raise ValueError(f"adv_eps must be >= 0, got {adv_eps}")

@@ -1,5 +1,5 @@
-"""What the losses of TRL's ``loss_type``s share in gdro (``loss=dapo|bnpo|cispo|sapo``): TRL's
-``scale_rewards`` advantages over ragged groups, and a KL to π_ref (``beta_kl``), with their checks.
+"""What the losses of TRL's ``loss_type``s share in gdro (``loss=dapo|bnpo|cispo|sapo``): a KL to π_ref
+(``beta_kl``), with its checks, and the reduction of a per-token loss.
 
 TRL 1.16 (``GRPOTrainer._compute_loss``) computes one per-token loss per ``loss_type`` and one normaliser; each
 option of gdro is one file (gdro/loss/dapo.py, bnpo.py, cispo.py, sapo.py) that subclasses :class:`TRLLoss` and
@@ -7,10 +7,10 @@ writes its ``compute``. Where gdro's batch differs from TRL's (a step's rollouts
 gdro's mini-batch is one optimiser step; its micro-batches are a memory detail whose losses must sum to the
 mini-batch's), each file says how TRL's normaliser maps onto :class:`gdro.loss.BatchCounts`.
 
-Advantages: ``(r - mean_g) / (std + adv_eps)`` as ``scale_rewards`` says (gdro/loss/advantages.py,
-``scaled_advantages``). TRL's own constants are ``adv_eps: 1e-4`` and ``unbiased_std: true`` (``nanstd``,
-Bessel); gdro's defaults are GRPO's (1e-6, population std), so that ``loss=grpo`` against ``loss=<trl>`` changes
-the loss only. The KL is TRL's k3 when ``kl_estimator: low_var_kl`` (gdro clamps its log-ratio to [-20, 20]
+Advantages: the advantage group's since #50 (``advantage=grpo``, the default: ``(r - mean_g) / (std + eps)`` as
+``advantage.scale_rewards`` says, TRL's ``scale_rewards``). TRL's own constants are ``advantage.eps=1e-4`` and
+``advantage.unbiased_std=true`` (``nanstd``, Bessel); gdro's defaults are GRPO's (1e-6, population std), so that
+``loss=grpo`` against ``loss=<trl>`` changes the loss only. The KL is TRL's k3 when ``kl_estimator: low_var_kl`` (gdro clamps its log-ratio to [-20, 20]
 and the estimate to [0, 10]; TRL does not), added as ``beta_kl`` times the KL aggregated like the PG term, as
 TRL adds ``beta * per_token_kl`` to the per-token loss before it normalises.
 """
@@ -22,7 +22,6 @@ from dataclasses import dataclass
 
 import torch
 
-from gdro.loss.advantages import check_scale, scaled_advantages
 from gdro.loss.base import BatchCounts, LossInputs
 from gdro.loss.terms import (
     _LOG_RATIO_CLAMP,
@@ -49,33 +48,19 @@ def token_ratio(batch: LossInputs) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class TRLLoss:
-    """The hyperparameters every TRL-style loss of gdro has, and its advantages (a base class: no ``compute``).
+    """The hyperparameters every TRL-style loss of gdro has (a base class: no ``compute``).
 
     beta_kl / kl_estimator: the KL to π_ref (TRL ``beta``; TRL's estimator is k3, ``low_var_kl``).
-    scale_rewards: TRL ``scale_rewards``, ``group`` | ``batch`` | ``none``. adv_eps / unbiased_std: the ε added to
-    the std and Bessel's correction (TRL: 1e-4, true).
     """
 
     beta_kl: float = 0.001
     kl_estimator: str = "low_var_kl"
-    scale_rewards: str = "group"
-    adv_eps: float = 1e-6
-    unbiased_std: bool = False
 
     def __post_init__(self) -> None:
         if not (self.beta_kl >= 0.0 and math.isfinite(self.beta_kl)):
             raise ValueError(f"beta_kl must be >= 0, got {self.beta_kl}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {self.kl_estimator!r}")
-        if not (self.adv_eps >= 0.0 and math.isfinite(self.adv_eps)):
-            raise ValueError(f"adv_eps must be >= 0, got {self.adv_eps}")
-        check_scale(self.scale_rewards)
-
-    def advantages(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
-        """``r - mean`` over each prompt's own (ragged) group, over the std ``scale_rewards`` names plus
-        ``adv_eps`` (none: no division)."""
-        return scaled_advantages(rewards, group_index, num_groups, scale=self.scale_rewards, eps=self.adv_eps,
-                                 unbiased_std=self.unbiased_std)
 
     def reduce(self, pg: torch.Tensor, batch: LossInputs, counts: BatchCounts, *, agg: str, denom: float,
                token_stats: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:

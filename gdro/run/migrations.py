@@ -5,8 +5,12 @@ checkpoint written before the schema existed). :data:`MIGRATIONS` maps a schema 
 (or lower) may hold: a component class renamed (``target``), a module moved with its classes (``module``), a config
 group added since whose given option behaves as gdro did before it (``group``), a key added since that nothing reads
 while its switch, added with it, is at its default (``inert``: a default interpolated from another key, like
-``reward.overlong_max_tokens: ${model.max_new_tokens}``, is no component default). A resume reads the old config
-through them (gdro.run.record.config_differences), so such a checkpoint continues, and nothing else is forgiven.
+``reward.overlong_max_tokens: ${model.max_new_tokens}``, is no component default), a key moved to another group
+(``key``: ``old`` is read as ``new``, same value), and a value a group added since takes where the old config held a
+given value (``implied``: ``old`` and ``new`` are ``key=value``; it beats the group's ``group`` entry). A resume reads
+the old config through them (gdro.run.record.config_differences, :func:`migrated`), so such a checkpoint continues,
+and nothing else is forgiven. A ``key`` entry also makes a moved key given to today's gdro (in a preset, or
+``+loss.scale_rewards=``) a one-line error naming the new key (gdro.build.check_moved_keys, :func:`moved_key`).
 
 **When an entry can go:** the entries under schema ``s`` are needed while gdro resumes checkpoints of schema ``s``.
 Raising :data:`OLDEST_RESUMABLE` above ``s`` (a release note: such checkpoints are refused with one line) removes
@@ -18,14 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = 1  # the checkpoint schema this gdro writes (meta.json "schema")
+SCHEMA = 2  # the checkpoint schema this gdro writes (meta.json "schema")
 OLDEST_RESUMABLE = 0  # the oldest schema a resume accepts; lower ones are refused in one line
 
 
 @dataclass(frozen=True)
 class Migration:
-    """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group), or, for
-    ``inert``, the key ``old`` is unread while the key ``new`` is at its default."""
+    """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group | key |
+    implied), or, for ``inert``, the key ``old`` is unread while the key ``new`` is at its default."""
 
     kind: str
     old: str
@@ -53,6 +57,16 @@ MIGRATIONS: dict[int, tuple[Migration, ...]] = {
         Migration("group", "skip._target_", "gdro.controllers.skip.NoSkip", "#31: skip=none is the old behaviour"),
         Migration("inert", "reward.overlong_max_tokens", "reward.overlong_buffer",
                   "#37: DAPO's overlong punishment reads its L_max only with overlong_buffer > 0 (0: off, as before)"),
+    ),
+    1: (  # #50: the advantage estimator is a config group of its own, apart from the loss
+        *(Migration("key", f"loss.{old}", f"advantage.{new}", "#50: the advantages are the advantage group's")
+          for old, new in (("scale_rewards", "scale_rewards"), ("norm_adv_by_std", "norm_adv_by_std"),
+                           ("adv_eps", "eps"), ("unbiased_std", "unbiased_std"))),
+        Migration("implied", "loss._target_=gdro.loss.dr_grpo.DrGRPOLoss",
+                  "advantage._target_=gdro.loss.advantage_estimators.DrGRPOAdvantage",
+                  "#50: loss=dr-grpo computed r - mean itself; it now selects advantage=dr-grpo"),
+        Migration("group", "advantage._target_", "gdro.loss.advantage_estimators.GRPOAdvantage",
+                  "#50: every other loss computed advantage=grpo's advantages itself"),
     ),
 }
 
@@ -99,6 +113,25 @@ def _new_for(kind: str, key: str, schema: int) -> str | None:
 def added_group(key: str, schema: int = 0) -> str | None:
     """For a config key an old checkpoint lacks (``filter._target_``): the value that behaves as before, if any."""
     return _new_for("group", key, schema)
+
+
+def moved_key(key: str) -> Migration | None:
+    """The ``key`` entry of a dotted key gdro has moved (``loss.adv_eps`` -> ``advantage.eps``), whatever the schema."""
+    return next((m for m in applying(OLDEST_RESUMABLE, "key") if m.old == key), None)
+
+
+def migrated(flat: dict[str, Any], schema: int = 0) -> dict[str, Any]:
+    """An old checkpoint's flattened config (dotted keys, ``_target_`` values already renamed) as today's gdro names
+    it: each moved key under its new name, and each value a group added since takes from what the config held."""
+    out = dict(flat)
+    for m in applying(schema, "key"):
+        if m.old in out and m.new not in out:
+            out[m.new] = out.pop(m.old)
+    for m in applying(schema, "implied"):
+        (old_key, old_value), (new_key, new_value) = m.old.split("=", 1), m.new.split("=", 1)
+        if out.get(old_key) == old_value and new_key not in out:
+            out[new_key] = new_value
+    return out
 
 
 def inert_switch(key: str, schema: int = 0) -> str | None:

@@ -31,7 +31,7 @@ from gdro.run.checkpoint import (
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
-from gdro.run.migrations import added_group, check_schema, inert_switch, renamed_target, schema_of
+from gdro.run.migrations import added_group, check_schema, inert_switch, migrated, renamed_target, schema_of
 from gdro.run.samples import SAMPLES_DIR
 from gdro.run.settings import RunSettings
 from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
@@ -91,11 +91,11 @@ def config_differences(old: Mapping[str, Any], new: Mapping[str, Any], *,
     A key the old config lacks (added to gdro since the checkpoint was written) is no difference when its new value
     is its component's default (:func:`_is_default`), i.e. the old behaviour, nor a group added since whose option is
     the old behaviour, nor a key nothing reads while its switch is at its default; nor is a ``_target_`` gdro renamed
-    or moved since. The last three for a checkpoint of ``schema`` (gdro.run.migrations: one table of what old
-    checkpoints may hold).
+    or moved since, nor a key moved to another group (read under its new name). The last four for a checkpoint of
+    ``schema`` (gdro.run.migrations: one table of what old checkpoints may hold).
     """
     a, b = _flatten(old), _flatten(new)
-    a = {k: renamed_target(v, schema) if k.endswith("._target_") else v for k, v in a.items()}
+    a = migrated({k: renamed_target(v, schema) if k.endswith("._target_") else v for k, v in a.items()}, schema)
     missing = object()
 
     def fmt(v: Any) -> str:
