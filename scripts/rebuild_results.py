@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from gdro.report.stats import iqm_ci, mean_ci, paired_test, probability_of_improvement, t_quantile
-from gdro.report.summary import _lines, _untable
+from gdro.report.summary import metrics_rows, summary_lines
 
 RESULTS = REPO / "experiments" / "results"
 DOCS = REPO / "docs" / "results.md"
@@ -36,11 +36,11 @@ DOCS = REPO / "docs" / "results.md"
 
 def read_summaries(path: Path) -> list[dict]:
     """The raw summaries of a committed file (gzip'd or not), one dict per run (gdro/report/summary.py's reader)."""
-    return [json.loads(line) for line in _lines(path) if line.strip()]
+    return [json.loads(line) for line in summary_lines(path) if line.strip()]
 
 
 def rows_of(summary: dict) -> list[dict]:
-    return _untable(summary["metrics"])
+    return metrics_rows(summary["metrics"])
 
 
 def final_tail(rows: list[dict], levels: tuple[int, ...], k: int = 8) -> float:
@@ -188,7 +188,7 @@ def against_control(summaries: Path, levels: list[int], control: str, baseline: 
     over the rows (gdro/report/stats.py): issue #48's rule that a gain counts beyond "stop spending on the wall"
     only where it beats the zero-variance control."""
     from gdro.report.compute import area, curve
-    from gdro.report.names import _method_rank, display_name
+    from gdro.report.names import display_name, method_rank
     from gdro.report.paired import add_tail_metrics, tail_name
     from gdro.report.stats import holm
     from gdro.report.summary import read_summaries as load
@@ -201,7 +201,7 @@ def against_control(summaries: Path, levels: list[int], control: str, baseline: 
         by.setdefault(r.method, {})[r.seed] = r
     if control not in by:
         raise SystemExit(f"rebuild_results: {summaries} holds no run of the control {control!r}")
-    rows = [m for m in sorted(by, key=_method_rank) if m not in (control, baseline)]
+    rows = [m for m in sorted(by, key=method_rank) if m not in (control, baseline)]
     family = []
     for m in rows:
         diffs = []

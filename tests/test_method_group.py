@@ -176,10 +176,10 @@ def test_a_row_name_carries_the_settings_given_on_the_command_line(overrides, la
 
 
 def test_rows_of_one_method_pair_apart_from_its_variants():
-    from gdro.report.names import _method_rank
+    from gdro.report.names import method_rank
 
     keys = ["uniform+rollout-gdro [allocator.consumption=realized]", "uniform+fixed", "uniform+rollout-gdro"]
-    assert sorted(keys, key=_method_rank) == ["uniform+fixed", "uniform+rollout-gdro",
+    assert sorted(keys, key=method_rank) == ["uniform+fixed", "uniform+rollout-gdro",
                                               "uniform+rollout-gdro [allocator.consumption=realized]"]
 
 

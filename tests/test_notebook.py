@@ -93,7 +93,7 @@ def test_notebook_executes_on_a_tiny_sweep(tmp_path: Path, monkeypatch: pytest.M
     # the paper's mechanism figures (gdro/report/paper_figures.py): paper_mechanism.md, every row in its WSE table
     # (Eq. 33 with the offline sigma), and at least the WSE ratio and the macro dynamics (Figs. 4, 8); Figs. 7 / 9
     # need an allocation that differs between bins and the lead-lag two pass-rate bins, which 3 steps may not give
-    paper = next(t for t in tables if "WSE (Eq. 33, the paper's)" in t)
+    paper = next(t for t in tables if "## WSE (Eq. 33, the paper's)" in t)  # not mechanism.md's note naming it
     assert all(f"| {n} | 1 |" in paper for n in ("GRPO", "Prompt-GDRO", "Rollout-GDRO")), paper
     assert "| 0 |" in paper and "High bins: pass-rate lower edge ≥ 0.5" in paper, paper
     assert "skipped wse_ratio.png" not in text and "skipped macro_dynamics.png" not in text, text

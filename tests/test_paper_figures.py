@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from gdro.report import find_runs, main
-from gdro.report.figures import _over_seeds
 from gdro.report.paper_figures import (
     collect,
     mass_at_least,
@@ -21,6 +20,7 @@ from gdro.report.paper_figures import (
     wse_rows,
 )
 from gdro.report.paper_plots import write_paper_figures
+from gdro.report.plotting import over_seeds
 from tests.test_report import _is_png, make_run
 
 STEPS = 6  # training steps 1..6; snapshots Start / Early / Mid / Late at steps 1, 3, 4, 6
@@ -139,7 +139,7 @@ def test_mean_bin_leaves_the_unseen_bin_out_and_the_masses(sweep: Path):
 
 def test_lead_lag_passes_through(sweep: Path):
     runs = [r for r in find_runs(sweep) if r.has("gdro/lead_lag")]
-    steps, mean, sd = _over_seeds(runs, "gdro/lead_lag")
+    steps, mean, sd = over_seeds(runs, "gdro/lead_lag")
     assert list(steps) == list(range(1, STEPS + 1)) and mean == pytest.approx(0.2 * steps)
     assert sd == pytest.approx(np.std([0.1 * steps, 0.3 * steps], axis=0, ddof=1))
 

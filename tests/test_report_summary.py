@@ -17,7 +17,7 @@ import pytest
 import gdro.report
 from gdro.report import load_summaries, main, scan_runs, summarize, write_summaries
 from gdro.report.paper_table import COLUMNS
-from gdro.report.summary import METRIC_KEYS, SCHEMA, _untable
+from gdro.report.summary import METRIC_KEYS, SCHEMA, metrics_rows
 from tests.conftest import REPO
 from tests.test_report import _with_oracle, make_run
 
@@ -129,7 +129,7 @@ def test_a_summary_holds_the_provenance_and_exactly_the_rows_read(rich: Path):
     assert s["evaluation"]["k"] == 8 and s["evaluation"]["metrics"]["eval/pass@8"] == 55.5
     # the rows, as the file has them, less the keys no report module or pilot reads; floats exact, NaN kept
     line = json.dumps(s)
-    rows = _untable(json.loads(line)["metrics"])
+    rows = metrics_rows(json.loads(line)["metrics"])
     kept = [{k: v for k, v in r.items() if not k.startswith(("train/", "time/", "reward/"))} for r in run.rows]
     assert any(k.startswith("difficulty/pool/") for r in kept for k in r)  # the pool's bins (#48's pilot criteria)
     assert json.dumps(rows) == json.dumps(kept) and "NaN" in json.dumps(rows)

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gdro.report import find_runs, main
-from gdro.report.paired import _fmt_steps
+from gdro.report.paired import format_steps
 from gdro.report.paper_figures import collect, pooled
 from gdro.report.paper_plots import fig_budget_vs_data, fig_macro
 from gdro.report.terms import WSE_BATCH, WSE_PAPER, high_rule, reach_cell
@@ -106,7 +106,7 @@ def test_reach_cells_say_at_start():
     assert reach_cell([0.0, 0.0, None], lambda x: f"{x:.0f}") == "at start (2/3)"
     assert reach_cell([0.0, 4.0, 8.0], lambda x: f"{x:.0f}", np.median) == "4 (3/3; 1 at start)"
     assert reach_cell([None, None], str) == "never (0/2)" and reach_cell([], str) == "–"
-    assert _fmt_steps([0.0, 0.0]) == "at start (2/2)" and _fmt_steps([0.0, 10.0, 20.0]) == "10 (3/3; 1 at start)"
+    assert format_steps([0.0, 0.0]) == "at start (2/2)" and format_steps([0.0, 10.0, 20.0]) == "10 (3/3; 1 at start)"
 
 
 def _rows(compute: str) -> dict[str, str]:

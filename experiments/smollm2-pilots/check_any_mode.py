@@ -8,11 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
-    from gdro.grading.reward_config import RewardConfig
-    from gdro.grading.rewards import MathVerifyReward
-except ImportError:
-    from gdro.rewards import MathVerifyReward, RewardConfig
+from gdro.grading.reward_config import RewardConfig
+from gdro.grading.rewards import MathVerifyReward
 
 rows = [json.loads(line) for f in sys.argv[1:] for line in Path(f).read_text().splitlines()]
 for mode in ("any", "boxed"):

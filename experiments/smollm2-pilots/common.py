@@ -1,7 +1,7 @@
 """Shared helpers of the SmolLM2-135M pilots (docs/smollm2-pilots.md): model loading, tasks, sampling, scoring.
 
 Plain transformers + torch, no gdro import (gdro's modules are being moved while these pilots run). The scoring
-follows gdro.rewards' defaults for plain-integer golds: ``answer_mode=boxed`` reads the last complete ``\\boxed{}``
+follows gdro.grading.rewards' defaults for plain-integer golds: ``answer_mode=boxed`` reads the last complete ``\\boxed{}``
 and a completion that did not emit the end token within the length limit scores wrong (``require_eos``).
 """
 

@@ -32,11 +32,8 @@ from common import chat_ids, heldout, left_pad, load, load_avg, make_items, samp
 
 def rewards_of(kind: str, texts: list[str], golds: list[str], fins: list[bool]) -> np.ndarray:
     if kind == "mv-any":  # gdro's own reward with answer_mode=any (math-verify; run with PYTHONPATH=<repo root>)
-        try:  # gdro.grading.rewards after the #31 package move, gdro.rewards before it
-            from gdro.grading.reward_config import RewardConfig
-            from gdro.grading.rewards import MathVerifyReward
-        except ImportError:
-            from gdro.rewards import MathVerifyReward, RewardConfig
+        from gdro.grading.reward_config import RewardConfig
+        from gdro.grading.rewards import MathVerifyReward
 
         return MathVerifyReward(RewardConfig(answer_mode="any")).score(texts, golds, fins).rewards.astype(float)
     sc = [score(t, g, f) for t, g, f in zip(texts, golds, fins)]

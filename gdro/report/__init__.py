@@ -70,10 +70,12 @@ the batch's mean bin index, data- and budget-weighted, and the frontier bin, the
 is 0), and in ``wave.md`` per method whether its budget follows the frontier (hit rate against a budget that stays
 put); each skipped with a line on stderr when no run logs its keys.
 
-The package: ``runs`` (reading run dirs, completeness, names), ``table`` (the results table), ``paired`` (the
-paired table and the hard tail), ``compute``, ``stats`` (intervals, tests, Holm, rliable), ``figures``,
-``paper_figures`` / ``paper_plots``; this module is the
-``gdro-report`` command and re-exports their names.
+The package: ``names`` (methods' and metrics' names and order), ``runs`` (reading run dirs, completeness, a run's
+evaluation row, the runs per method), ``exclusions`` (the runs left out), ``table`` (the results table), ``paired``
+(the paired table and the hard tail), ``compute``, ``stats`` (intervals, tests, Holm, rliable), ``figures``,
+``paper_figures`` / ``paper_plots``, ``wave`` and ``plotting`` (the figure kit they share); this module is the
+``gdro-report`` command and re-exports their names. No module imports another's private (``_``) name
+(tests/test_report_api.py).
 """
 
 from __future__ import annotations
@@ -85,12 +87,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from gdro.report.compute import AXES, PRIMARY, write_compute
-from gdro.report.figures import (
-    _colors,
-    _over_seeds,
-    fig_compute_curves,
-    make_figures,
-)
+from gdro.report.exclusions import exclusion_notes
+from gdro.report.figures import fig_compute_curves, make_figures
 from gdro.report.mechanism import mechanism_markdown, mechanism_rows
 from gdro.report.names import (
     BASELINE,
@@ -100,6 +98,8 @@ from gdro.report.names import (
     bin_sort_key,
     display_name,
     is_headline,
+    method_rank,
+    metric_label,
     metric_sort_key,
 )
 from gdro.report.paired import (
@@ -114,18 +114,20 @@ from gdro.report.paired import (
     tail_name,
 )
 from gdro.report.paper_plots import write_paper_figures
+from gdro.report.plotting import method_colors, over_seeds
 from gdro.report.presets import tail_levels_or_preset
 from gdro.report.runs import (
     STATUSES,
     Skipped,
     SweepRun,
     UnusableRun,
-    _groups,
-    exclusion_notes,
     find_runs,
+    group_by_method,
     load_run,
+    ordered_groups,
     read_metrics,
     scan_runs,
+    select_row,
 )
 from gdro.report.stats import mean_ci, t975
 from gdro.report.summary import load_summaries, read_summaries, summarize, write_summaries
@@ -150,9 +152,6 @@ __all__ = [
     "Skipped",
     "SweepRun",
     "UnusableRun",
-    "_colors",
-    "_groups",
-    "_over_seeds",
     "add_tail_metrics",
     "aggregate",
     "bin_sort_key",
@@ -161,6 +160,7 @@ __all__ = [
     "find_runs",
     "format_cell",
     "format_gain",
+    "group_by_method",
     "is_headline",
     "load_run",
     "load_summaries",
@@ -168,13 +168,19 @@ __all__ = [
     "make_figures",
     "mean_bin_drift",
     "mean_ci",
+    "method_colors",
+    "method_rank",
+    "metric_label",
     "metric_sort_key",
+    "ordered_groups",
+    "over_seeds",
     "paired_comparison",
     "paired_markdown",
     "parse_levels",
     "read_metrics",
     "rollouts_spent",
     "scan_runs",
+    "select_row",
     "steps_to",
     "summarize",
     "t975",
@@ -313,7 +319,7 @@ def _main(argv: list[str] | None) -> int:
         print(f"gdro-report: no {what} {where} {args.sweep_dir}"
               + (f"; {len(lines)} left out (above)" if lines else ""), file=sys.stderr)
         return 2
-    for method, rs in _groups(runs).items():
+    for method, rs in group_by_method(runs).items():
         seeds = [r.seed for r in rs]
         if len(set(map(str, seeds))) < len(seeds):
             print(f"gdro-report: warning: {display_name(method)} has repeated seeds {seeds}; "
@@ -328,7 +334,7 @@ def _main(argv: list[str] | None) -> int:
     md, csv_path = write_table(rows, out, notes=notes)
     figs = make_figures(runs, out)
     paired_md = None
-    if any(r.method == BASELINE for r in runs) and len(_groups(runs)) > 1:
+    if any(r.method == BASELINE for r in runs) and len(group_by_method(runs)) > 1:
         heads = sorted({k for r in rows for k in r["metrics"] if is_headline(k)}, key=metric_sort_key)
         keys = heads + tail_keys
         mean_tail = next((k for k in tail_keys if METRIC_KEY.match(k)["kind"] == "mean"), None)

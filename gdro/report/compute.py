@@ -37,8 +37,8 @@ import math
 
 import numpy as np
 
-from gdro.report.names import BASELINE, _method_rank, display_name
-from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
+from gdro.report.names import BASELINE, display_name, method_rank, metric_label
+from gdro.report.runs import SweepRun, group_by_method, row_step, select_row
 from gdro.report.stats import BOOT_REPS, BOOT_SEED, holm, iqm_ci, mean_ci, probability_of_improvement
 from gdro.report.table import format_holm, holm_note
 from gdro.report.terms import reach_cell, reach_note
@@ -54,7 +54,7 @@ def tokens_by_step(run: SweepRun) -> dict[float, float]:
     """Cumulative completion tokens generated up to each logged step (0 at step 0)."""
     out, total = {0.0: 0.0}, 0.0
     for row in run.rows:
-        s = _step(row)
+        s = row_step(row)
         if s is None or s == 0:
             continue
         if isinstance(row.get("compute/tokens_cum"), (int, float)):
@@ -71,7 +71,7 @@ def curve(run: SweepRun, key: str, axis: str) -> tuple[np.ndarray, np.ndarray]:
     tokens = tokens_by_step(run) if axis == "tokens" else {}
     xs, ys = [], []
     for row in run.eval_rows():
-        s, v = _step(row), row.get(key)
+        s, v = row_step(row), row.get(key)
         if s is None or not isinstance(v, (int, float)) or (axis == "tokens" and s not in tokens):
             continue
         xs.append(tokens[s] if axis == "tokens" else s)
@@ -148,7 +148,7 @@ def _pair(a: SweepRun, z: SweepRun, key: str, axis: str, threshold: float | None
         t = min(tx[-1], ux[-1])
         va, vz = interpolate(tx, ty, t), interpolate(ux, uy, t)
         out["equal_tokens"] = va - vz if va is not None and vz is not None else None
-    fa, fz = (_select_row(a, which) or {}).get(key), (_select_row(z, which) or {}).get(key)
+    fa, fz = (select_row(a, which) or {}).get(key), (select_row(z, which) or {}).get(key)
     if isinstance(fa, (int, float)) and isinstance(fz, (int, float)):
         out["equal_steps"] = float(fa - fz)
     if threshold is not None:
@@ -167,15 +167,15 @@ def compute_comparison(runs: list[SweepRun], key: str, axis: str = "tokens", whi
         raise ValueError(f"axis must be one of {AXES}, got {axis!r}")
     if primary not in PRIMARY:
         raise ValueError(f"primary must be one of {PRIMARY}, got {primary!r}")
-    groups = _groups(runs)
+    groups = group_by_method(runs)
     base = {str(r.seed): r for r in groups.get(BASELINE, [])}
-    finals = [(_select_row(r, which) or {}).get(key) for r in base.values()]
+    finals = [(select_row(r, which) or {}).get(key) for r in base.values()]
     finals = [v for v in finals if isinstance(v, (int, float))]
     starts = [ys[0] for r in base.values() for xs, ys in [curve(r, key, "steps")] if len(xs) and xs[0] == 0]
     info = {"key": key, "axis": axis, "threshold": float(np.mean(finals)) if finals else None, "which": which,
             "start": float(np.mean(starts)) if starts else None}
     out = []
-    for method in sorted(groups, key=_method_rank):
+    for method in sorted(groups, key=method_rank):
         rs = groups[method]
         row: dict = {"method": method, "name": display_name(method), "n": len(rs),
                      "generated": [generated(r) for r in rs],
@@ -202,7 +202,7 @@ def run_values(runs: list[SweepRun], key: str, axis: str, which: str, measure: s
     """Each run's own value of ``measure`` (one of :data:`PRIMARY`; module docstring), and the common x it is
     measured at (None for ``equal_steps``)."""
     if measure == "equal_steps":
-        finals = [(_select_row(r, which) or {}).get(key) for r in runs]
+        finals = [(select_row(r, which) or {}).get(key) for r in runs]
         return [float(v) if isinstance(v, (int, float)) else None for v in finals], None
     curves = [curve(r, key, axis if measure == "area" else "tokens") for r in runs]
     ends = [xs[-1] for xs, _ in curves if len(xs)]
@@ -219,10 +219,10 @@ def primary_endpoint(runs: list[SweepRun], key: str, axis: str, which: str, meas
     (:func:`gdro.report.stats.probability_of_improvement`); with the ``measure`` and its common ``x``."""
     values, x = run_values(runs, key, axis, which, measure)
     value = {id(r): v for r, v in zip(runs, values)}
-    groups = _groups(runs)
+    groups = group_by_method(runs)
     base = {str(r.seed): value[id(r)] for r in groups.get(BASELINE, []) if value[id(r)] is not None}
     rows = []
-    for method in sorted(groups, key=_method_rank):
+    for method in sorted(groups, key=method_rank):
         rs = groups[method]
         row = {"method": method, "name": display_name(method),
                "iqm": iqm_ci([value[id(r)] for r in rs], reps=BOOT_REPS, seed=BOOT_SEED)}
@@ -256,7 +256,7 @@ def _threshold_words(info: dict) -> str:
 def compute_markdown(rows: list[dict], info: dict) -> str:
     """The compute table, its header naming the axis, the primary endpoint and the Holm adjustment; then the
     primary endpoint's block (:func:`primary_markdown`)."""
-    axis, key = info["axis"], _label(info["key"])
+    axis, key = info["axis"], metric_label(info["key"])
     unit = "k tokens" if axis == "tokens" else "steps"
     primary = info["primary"]["measure"]
     sizes = [sum(math.isfinite(r[f"h_{m}"].p_holm) for r in rows if r["method"] != BASELINE) for m in MEASURES]
@@ -287,7 +287,7 @@ def _fmt_interval(iv, digits: int) -> str:
 def primary_markdown(info: dict) -> str:
     """The primary endpoint's block: what a run's value is, then per method the IQM [95% CI] of its runs' values
     and P(method > GRPO) [95% CI] (:func:`primary_endpoint`)."""
-    block, key, axis = info["primary"], _label(info["key"]), info["axis"]
+    block, key, axis = info["primary"], metric_label(info["key"]), info["axis"]
     x = block["x"]
     upto = "–" if x is None else f"{x / 1e3:.1f}k generated tokens" if axis == "tokens" else f"{x:.0f} training steps"
     what = {"area": f"each run's mean {key} up to {upto} (the least any run reaches)",
@@ -306,7 +306,7 @@ def primary_markdown(info: dict) -> str:
 
 def write_compute(runs: list[SweepRun], out, key: str, axis: str, which: str, primary: str = "area"):
     """compute.md in ``out`` (its path, text and threshold), or None without GRPO and one other method."""
-    if not any(r.method == BASELINE for r in runs) or len(_groups(runs)) < 2:
+    if not any(r.method == BASELINE for r in runs) or len(group_by_method(runs)) < 2:
         return None
     rows, info = compute_comparison(runs, key, axis, which, primary)
     text = compute_markdown(rows, info)

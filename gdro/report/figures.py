@@ -1,55 +1,26 @@
 """Sweep report, the figures: eval curves, bin-share / weight / rollout heatmaps, WSE, mean bin, and the mechanism
 curves (groups with gradient overall and per bin, the realised weighted SE against uniform). The paper's mechanism
-figures (lead-lag, Eq. 33's WSE ratio, budget against data share) are gdro/report/paper_figures.py's."""
+figures (lead-lag, Eq. 33's WSE ratio, budget against data share) are gdro/report/paper_figures.py's; the plotting
+kit they share is gdro/report/plotting.py."""
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from gdro.report.names import (
     METRIC_KEY,
-    _method_rank,
     bin_sort_key,
     display_name,
     is_headline,
+    metric_label,
     metric_sort_key,
 )
-from gdro.report.runs import SweepRun, _groups, _label
+from gdro.report.plotting import method_colors, over_seeds, save_figure, style_line_axes
+from gdro.report.runs import SweepRun, ordered_groups
 from gdro.report.terms import WSE_BATCH
-from gdro.run.ioerrors import atomic_write
-
-
-def _series(run: SweepRun, key: str) -> tuple[np.ndarray, np.ndarray]:
-    pts = [(r["step"], r[key]) for r in run.rows if isinstance(r.get(key), (int, float)) and "step" in r]
-    if not pts:
-        return np.empty(0), np.empty(0)
-    s, v = zip(*pts)
-    return np.asarray(s, dtype=float), np.asarray(v, dtype=float)
-
-
-
-def _over_seeds(runs: list[SweepRun], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Steps, mean over runs and s.d. over runs (0 where only one run has the step)."""
-    return _pool_by_step(_series(run, key) for run in runs)
-
-
-def _pool_by_step(series) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(steps, values) pairs, one per run, pooled: steps, mean over runs and s.d. over runs (0 where only one run
-    has the step); non-finite values left out."""
-    by_step: dict[float, list[float]] = {}
-    for steps, vals in series:
-        for s, v in zip(steps, vals):
-            if np.isfinite(v):
-                by_step.setdefault(float(s), []).append(float(v))
-    steps = np.asarray(sorted(by_step))
-    mean = np.asarray([np.mean(by_step[s]) for s in steps])
-    sd = np.asarray([np.std(by_step[s], ddof=1) if len(by_step[s]) > 1 else 0.0 for s in steps])
-    return steps, mean, sd
-
 
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
@@ -58,14 +29,6 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
     kernel = np.ones(window) / window
     pad = np.pad(y, (window // 2, window - 1 - window // 2), mode="edge")
     return np.convolve(pad, kernel, mode="valid")
-
-
-
-def _colors(methods: list[str]) -> dict[str, Any]:
-    import matplotlib.pyplot as plt
-
-    cmap = plt.get_cmap("tab10")
-    return {m: cmap(i % 10) for i, m in enumerate(methods)}
 
 
 
@@ -79,52 +42,6 @@ def _headline_key(runs: list[SweepRun], kind: str) -> str | None:
 
 
 
-def _style_line_axes(ax, ylabel: str, title: str) -> None:
-    ax.set_xlabel("step")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-
-
-
-def _fit_titles(fig) -> None:
-    """Wrap every axes title wider than its axes, and a suptitle wider than the figure, onto more lines (a long title
-    is never cut off at the figure's edge)."""
-    import textwrap
-
-    renderer = fig.canvas.get_renderer()
-    boxes = [(t, ax.get_window_extent(renderer).width) for ax in fig.axes
-             for t in (ax.title, ax._left_title, ax._right_title)]
-    if fig._suptitle is not None:
-        boxes.append((fig._suptitle, 0.96 * fig.bbox.width))
-    for text, room in boxes:
-        label = text.get_text()
-        for _ in range(4):  # narrower each time until it fits (or cannot wrap further)
-            wide = text.get_window_extent(renderer).width
-            if not label or wide <= room:
-                break
-            lines = label.splitlines()
-            chars = max(12, int(max(map(len, lines)) * room / wide) - 1)
-            wrapped = "\n".join(w for line in lines for w in textwrap.wrap(line, chars) or [""])
-            if wrapped == label:
-                break
-            text.set_text(label := wrapped)
-
-
-def _save(fig, path) -> bool:
-    import matplotlib.pyplot as plt
-
-    _fit_titles(fig)
-    fig.tight_layout()
-    try:  # whole or not at all, a failure naming the file (gdro.run.ioerrors)
-        atomic_write(path, lambda fh: fig.savefig(fh, format=Path(path).suffix[1:] or "png", dpi=110), binary=True)
-    finally:
-        plt.close(fig)
-    return True
-
-
-
 def _fig_eval_curves(runs, groups, colors, path) -> bool:
     import matplotlib.pyplot as plt
 
@@ -134,13 +51,13 @@ def _fig_eval_curves(runs, groups, colors, path) -> bool:
     fig, axes = plt.subplots(1, len(keys), figsize=(6 * len(keys), 4), squeeze=False)
     for ax, key in zip(axes[0], keys):
         for method, rs in groups.items():
-            steps, mean, sd = _over_seeds(rs, key)
+            steps, mean, sd = over_seeds(rs, key)
             if len(steps) == 0:
                 continue
             ax.plot(steps, mean, marker="o", ms=3, color=colors[method], label=f"{display_name(method)} (n={len(rs)})")
             ax.fill_between(steps, mean - sd, mean + sd, color=colors[method], alpha=0.2, lw=0)
-        _style_line_axes(ax, f"{_label(key)} (%)", f"{_label(key)}: mean over seeds ± 1 s.d.")
-    return _save(fig, path)
+        style_line_axes(ax, f"{metric_label(key)} (%)", f"{metric_label(key)}: mean over seeds ± 1 s.d.")
+    return save_figure(fig, path)
 
 
 
@@ -179,7 +96,7 @@ def _fig_heatmap(runs, groups, kind: str, title: str, path) -> bool:
                      fontsize=10)
         fig.colorbar(im, ax=ax, pad=0.01)
     axes[-1, 0].set(xlabel="step", xlim=span)  # shared: every panel over every panel's steps
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 
@@ -195,19 +112,13 @@ def _fig_lines(groups, colors, keys: list[tuple[str, str]], ylabel: str, title: 
             have = [r for r in rs if r.has(key)]
             if not have:
                 continue
-            steps, mean, _ = _over_seeds(have, key)
+            steps, mean, _ = over_seeds(have, key)
             ax.plot(steps, mean, color=colors[method], ls=style, alpha=0.2, lw=0.8)
             ax.plot(steps, _smooth(mean, max(1, len(steps) // 15)), color=colors[method], ls=style, lw=1.6,
                     label=f"{display_name(method)} {key.split('/')[-1]} (n={len(have)})")
-    _style_line_axes(ax, ylabel, title)
-    return _save(fig, path)
+    style_line_axes(ax, ylabel, title)
+    return save_figure(fig, path)
 
-
-
-def _ordered_groups(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
-    """The runs per method, methods in the report's order and each method's runs by seed (stable colours and
-    legends across figures)."""
-    return _groups(sorted(runs, key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path))))
 
 
 def fig_compute_curves(runs: list[SweepRun], key: str, threshold: float | None, path) -> bool:
@@ -217,8 +128,8 @@ def fig_compute_curves(runs: list[SweepRun], key: str, threshold: float | None, 
 
     from gdro.report.compute import curve, mean_curve
 
-    groups = _ordered_groups(runs)
-    colors = _colors(list(groups))
+    groups = ordered_groups(runs)
+    colors = method_colors(list(groups))
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
     drawn = False
     for ax, axis, scale, xlabel in ((axes[0], "tokens", 1e3, "generated tokens (k)"), (axes[1], "steps", 1.0, "step")):
@@ -236,14 +147,14 @@ def fig_compute_curves(runs: list[SweepRun], key: str, threshold: float | None, 
             ax.fill_between(grid / scale, mean - sd, mean + sd, color=colors[method], alpha=0.12, lw=0)
         if threshold is not None:
             ax.axhline(threshold, color="k", ls="--", lw=0.8, label=f"GRPO's final ({threshold:.1f})")
-        ax.set(xlabel=xlabel, ylabel=f"{_label(key)} (%)",
-               title=f"{_label(key)} vs {xlabel.split(' (')[0]}: mean over seeds ± 1 s.d.")
+        ax.set(xlabel=xlabel, ylabel=f"{metric_label(key)} (%)",
+               title=f"{metric_label(key)} vs {xlabel.split(' (')[0]}: mean over seeds ± 1 s.d.")
         ax.grid(alpha=0.3)
     if not drawn:
         plt.close(fig)
         return False
     axes[1].legend(fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 
@@ -254,8 +165,8 @@ def make_figures(runs: list[SweepRun], out_dir: str | Path) -> list[Path]:
     matplotlib.use("Agg")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    groups = _ordered_groups(runs)
-    colors = _colors(list(groups))
+    groups = ordered_groups(runs)
+    colors = method_colors(list(groups))
     made = []
     jobs = [
         ("eval_curves.png", lambda p: _fig_eval_curves(runs, groups, colors, p)),

@@ -28,9 +28,9 @@ import math
 
 import numpy as np
 
-from gdro.report.names import _method_rank, bin_sort_key, display_name
+from gdro.report.names import bin_sort_key, display_name, method_rank
 from gdro.report.paired import first_last_quarter
-from gdro.report.runs import SweepRun, _groups
+from gdro.report.runs import SweepRun, group_by_method
 from gdro.report.table import format_cell, mean_ci
 from gdro.report.terms import WSE_BATCH, WSE_BATCH_NOTE
 
@@ -56,8 +56,8 @@ def _kept(rows: list[dict]) -> float:
 def mechanism_rows(runs: list[SweepRun]) -> tuple[list[dict], list[str]]:
     """Per method: the run-level means (see the module docstring) pooled over runs; and the bins seen anywhere."""
     out, bins = [], set()
-    for method in sorted(_groups(runs), key=_method_rank):
-        per_run = [r.after_first_pass("difficulty/informative") for r in _groups(runs)[method]]
+    for method in sorted(group_by_method(runs), key=method_rank):
+        per_run = [r.after_first_pass("difficulty/informative") for r in group_by_method(runs)[method]]
         per_run = [rows for rows in per_run if rows]
         if not per_run:
             continue

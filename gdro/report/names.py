@@ -97,6 +97,13 @@ def display_name(method: str) -> str:
 
 
 
-def _method_rank(method: str) -> tuple:
+def method_rank(method: str) -> tuple:
+    """The sort key of a method's rows: :data:`METHOD_ORDER` (the baseline first), then unknown methods by name."""
     base = method.partition(" [")[0]
     return (METHOD_ORDER.index(base), method) if base in METHOD_ORDER else (len(METHOD_ORDER), method)
+
+
+
+def metric_label(key: str) -> str:
+    """A metric key as tables and figures name it: ``eval/mean@8/level_3`` -> ``mean@8/level_3``."""
+    return key.removeprefix("eval/")

@@ -7,8 +7,8 @@ import math
 
 import numpy as np
 
-from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, metric_sort_key
-from gdro.report.runs import SweepRun, _groups, _label, _select_row, _step
+from gdro.report.names import BASELINE, METRIC_KEY, display_name, method_rank, metric_label, metric_sort_key
+from gdro.report.runs import SweepRun, group_by_method, row_step, select_row
 from gdro.report.stats import holm, mean_ci
 from gdro.report.table import format_cell, format_holm, holm_note
 from gdro.report.terms import reach_cell, reach_note
@@ -64,8 +64,8 @@ def steps_to(run: SweepRun, key: str, threshold: float) -> float | None:
     """The first evaluation step at which ``key`` reaches ``threshold`` (None: never)."""
     for row in run.eval_rows():
         v = row.get(key)
-        if isinstance(v, (int, float)) and v >= threshold and _step(row) is not None:
-            return _step(row)
+        if isinstance(v, (int, float)) and v >= threshold and row_step(row) is not None:
+            return row_step(row)
     return None
 
 
@@ -95,7 +95,7 @@ def learned(run: SweepRun, key: str, which: str = "final") -> float | None:
     """What the run learned on ``key``: its ``which`` evaluation row minus its first one (step 0 when the run
     evaluates at the start); None without two evaluation rows that log it."""
     rows = run.eval_rows()
-    end = _select_row(run, which)
+    end = select_row(run, which)
     if len(rows) < 2 or end is None or not all(isinstance(r.get(key), (int, float)) for r in (rows[0], end)):
         return None
     return float(end[key] - rows[0][key])
@@ -115,20 +115,20 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
     ((mean, ci, n) of rollouts spent) and ``drift`` (per run (first, last) quarter's mean bin, or None).
     GRPO itself is a row with its own ``steps``, ``rollouts`` and ``drift`` and no ``delta``. The threshold
     (returned in the second value, with the key) is GRPO's final ``tail_key`` averaged over its runs."""
-    groups = _groups(runs)
+    groups = group_by_method(runs)
     base = {str(r.seed): r for r in groups.get(BASELINE, [])}
     info: dict = {"tail_key": tail_key, "threshold": None}
     if tail_key and base:
-        finals = [(_select_row(r, which) or {}).get(tail_key) for r in base.values()]
+        finals = [(select_row(r, which) or {}).get(tail_key) for r in base.values()]
         finals = [v for v in finals if isinstance(v, (int, float))]
         info["threshold"] = float(np.mean(finals)) if finals else None
     out = []
-    for method in sorted(groups, key=_method_rank):
+    for method in sorted(groups, key=method_rank):
         rs = groups[method]
         row: dict = {"method": method, "name": display_name(method), "n": len(rs), "delta": {}, "diffs": {},
                      "holm": {}, "pairs": 0}
         if method != BASELINE and base:
-            paired = [(_select_row(r, which) or {}, _select_row(base[str(r.seed)], which) or {})
+            paired = [(select_row(r, which) or {}, select_row(base[str(r.seed)], which) or {})
                       for r in rs if str(r.seed) in base]
             row["pairs"] = len(paired)
             for key in keys:
@@ -154,7 +154,7 @@ def paired_comparison(runs: list[SweepRun], keys: list[str], *, tail_key: str | 
 
 
 
-def _fmt_steps(steps: list[float | None]) -> str:
+def format_steps(steps: list[float | None]) -> str:
     """Median step to the threshold over the runs that reach it (reached/runs; "at start": gdro/report/terms.py)."""
     return reach_cell(steps, lambda x: f"{x:.0f}", np.median)
 
@@ -178,12 +178,12 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
     reaches it, a sentence under the table says so), rollouts spent, the batch's mean-bin drift (first → last quarter
     after the unseen phase)."""
     tail = info.get("tail_key")
-    header = ["Method", "pairs"] + ([f"{_label(keys[0])} learned (from step 0)"] if keys else [])
-    header += [f"Δ{_label(k)}" for k in keys]
+    header = ["Method", "pairs"] + ([f"{metric_label(keys[0])} learned (from step 0)"] if keys else [])
+    header += [f"Δ{metric_label(k)}" for k in keys]
     if tail:
-        header.append(f"recovery of the oracle's Δ{_label(tail)}")
+        header.append(f"recovery of the oracle's Δ{metric_label(tail)}")
     if info.get("threshold") is not None:
-        header.append(f"steps to {_label(tail)} ≥ {info['threshold']:.1f}")
+        header.append(f"steps to {metric_label(tail)} ≥ {info['threshold']:.1f}")
     header += ["rollouts spent", "batch mean bin: first → last quarter (Δ)"]
     sizes = [sum(math.isfinite(r["holm"][k].p_holm) for r in rows if k in r["holm"]) for k in keys]
     lines = [holm_note(sizes), ""] if keys else []
@@ -197,7 +197,7 @@ def paired_markdown(rows: list[dict], keys: list[str], info: dict) -> str:
         if tail:
             cells.append("–" if r["recovery"] is None or r["method"] == ORACLE else f"{r['recovery']:.2f}")
         if info.get("threshold") is not None:
-            cells.append(_fmt_steps(r["steps"]))
+            cells.append(format_steps(r["steps"]))
         cells.append(format_cell(*r["rollouts"], digits=0))
         cells.append(_fmt_drift(r["drift"]))
         lines.append("| " + " | ".join(cells) + " |")

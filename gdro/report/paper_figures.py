@@ -47,9 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gdro.report.figures import _ordered_groups
 from gdro.report.names import bin_sort_key, display_name
-from gdro.report.runs import SweepRun
+from gdro.report.runs import SweepRun, ordered_groups
 from gdro.report.terms import HIGH_EDGE, WSE_PAPER, WSE_PAPER_NOTE, high_bins, high_rule
 
 SNAPSHOTS = (("Start", 0.0), ("Early", 1 / 3), ("Mid", 2 / 3), ("Late", 1.0))
@@ -280,7 +279,7 @@ class Sweep:
 
 def collect(runs: list[SweepRun]) -> Sweep:
     """The sweep's tables (every run with a data-share key), pooled σ̂ and the notes on what is missing."""
-    raw = {m: [t for r in rs if (t := tables(r)) is not None] for m, rs in _ordered_groups(runs).items()}
+    raw = {m: [t for r in rs if (t := tables(r)) is not None] for m, rs in ordered_groups(runs).items()}
     bins = sorted({b for ts in raw.values() for t in ts for b in t.bins}, key=bin_sort_key)
     groups = {m: [_over_bins(t, bins) for t in ts] for m, ts in raw.items() if ts}
     flat = [t for ts in groups.values() for t in ts]
@@ -292,7 +291,9 @@ def collect(runs: list[SweepRun]) -> Sweep:
     return Sweep(groups, bins, sigma_hat(flat, bins) if flat else {}, edges, notes)
 
 
-def _cell(vals: list[float], digits: int = 3, pct: bool = False) -> str:
+def format_mean_sd(vals: list[float], digits: int = 3, pct: bool = False) -> str:
+    """``"mean ± s.d."`` of the finite ``vals`` (× 100 with ``pct``; s.d. 0 for one value, "–" for none): a cell of
+    paper_mechanism.md and wave.md."""
     v = [x * (100 if pct else 1) for x in vals if math.isfinite(x)]
     if not v:
         return "–"
@@ -330,7 +331,8 @@ def paper_markdown(sw: Sweep, edge: float = HIGH_EDGE) -> str:
     lines += ["", "WSE(t) ÷ WSE at n_b ≡ n̄(t), each run's mean over its training steps; mean ± s.d. over runs:", "",
               f"| Method | runs | {WSE_PAPER} ÷ uniform | reduction vs uniform (%) |", "|---|---:|---:|---:|"]
     for m, n, means in wse_rows(sw):
-        lines.append(f"| {display_name(m)} | {n} | {_cell(means)} | {_cell([1 - x for x in means], 1, True)} |")
+        lines.append(f"| {display_name(m)} | {n} | {format_mean_sd(means)} | "
+                     f"{format_mean_sd([1 - x for x in means], 1, True)} |")
     lines += ["", WSE_PAPER_NOTE]
     rule = sw.high_rule(edge)
     lines += ["", "## Budget share against data share (Figs. 7, 9; `budget_snapshots.png`)", "",

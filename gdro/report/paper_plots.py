@@ -10,7 +10,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gdro.report.figures import _colors, _ordered_groups, _over_seeds, _pool_by_step, _save, _style_line_axes
 from gdro.report.names import display_name
 from gdro.report.paper_figures import (
     MASS_BIN,
@@ -25,20 +24,10 @@ from gdro.report.paper_figures import (
     snapshot_steps,
     wse_ratio,
 )
-from gdro.report.runs import SweepRun
+from gdro.report.plotting import method_colors, over_seeds, plot_band, save_figure, style_line_axes
+from gdro.report.runs import SweepRun, ordered_groups
 from gdro.report.terms import BUDGET_SHARE, DATA_SHARE, ROLLOUTS, WSE_PAPER
 from gdro.run.ioerrors import atomic_write_text
-
-
-def _band(ax, series, color, label: str, ls: str = "-", sd_band: bool = True) -> bool:
-    """Mean over seeds (± 1 s.d., shaded) of (steps, values) pairs; False when nothing is finite."""
-    steps, mean, sd = _pool_by_step(series)
-    if not len(steps):
-        return False
-    ax.plot(steps, mean, color=color, ls=ls, lw=1.4, label=label)
-    if sd_band:
-        ax.fill_between(steps, mean - sd, mean + sd, color=color, alpha=0.15, lw=0)
-    return True
 
 
 def fig_wse(sw: Sweep, colors, path) -> bool:
@@ -47,15 +36,15 @@ def fig_wse(sw: Sweep, colors, path) -> bool:
     fig, ax = plt.subplots(figsize=(8, 4))
     drawn = False
     for m, ts in sw.groups.items():
-        drawn |= _band(ax, sw.series(m, lambda t: wse_ratio(t, sw.sigma)), colors[m],
+        drawn |= plot_band(ax, sw.series(m, lambda t: wse_ratio(t, sw.sigma)), colors[m],
                        f"{display_name(m)} (n={len(ts)})")
     if not drawn:
         plt.close(fig)
         return False
     ax.axhline(1.0, color="k", ls="--", lw=0.8, label="uniform n̄")
-    _style_line_axes(ax, "WSE ÷ uniform", f"{WSE_PAPER} ÷ uniform (offline σ̂_b; not mechanism.md's batch σ): "
+    style_line_axes(ax, "WSE ÷ uniform", f"{WSE_PAPER} ÷ uniform (offline σ̂_b; not mechanism.md's batch σ): "
                      "mean over seeds ± 1 s.d.")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _arm_range(ts, n: np.ndarray) -> tuple[float, float]:
@@ -94,7 +83,7 @@ def fig_budget_vs_data(sw: Sweep, method: str, path) -> bool:
     axes[0].set_ylabel("bin (0 = hardest)")
     fig.suptitle(f"{display_name(method)}: {DATA_SHARE}, {BUDGET_SHARE} and {ROLLOUTS} per bin "
                  f"(mean over {len(ts)} seeds)", fontsize=10)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_snapshots(sw: Sweep, path) -> bool:
@@ -120,7 +109,7 @@ def fig_snapshots(sw: Sweep, path) -> bool:
     axes[0, 0].legend(fontsize=8)
     for ax in axes[-1]:
         ax.set_xlabel("bin (0 = hardest)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_macro(sw: Sweep, colors, path, mass_bin: int = MASS_BIN) -> bool:
@@ -133,39 +122,39 @@ def fig_macro(sw: Sweep, colors, path, mass_bin: int = MASS_BIN) -> bool:
     drawn = False
     for m, ts in sw.groups.items():
         name = f"{display_name(m)} (n={len(ts)})"
-        drawn |= _band(axes[0], sw.series(m, mean_bin), colors[m], name)
-        _band(axes[1], sw.series(m, lambda t: mass_at_least(t, mass_bin)), colors[m], name, "-", sd_band=False)
-        _band(axes[1], sw.series(m, lambda t: mass_in(t, high)), colors[m], "_nolegend_", "--", sd_band=False)
-        _band(axes[2], sw.series(m, lambda t: mass_in(t, high, budget=True)), colors[m], name)
+        drawn |= plot_band(axes[0], sw.series(m, mean_bin), colors[m], name)
+        plot_band(axes[1], sw.series(m, lambda t: mass_at_least(t, mass_bin)), colors[m], name, "-", sd_band=False)
+        plot_band(axes[1], sw.series(m, lambda t: mass_in(t, high)), colors[m], "_nolegend_", "--", sd_band=False)
+        plot_band(axes[2], sw.series(m, lambda t: mass_in(t, high, budget=True)), colors[m], name)
     if not drawn:
         plt.close(fig)
         return False
-    _style_line_axes(axes[0], "mean bin index", "mean pass-rate bin of the batch (unseen bin left out)")
-    _style_line_axes(axes[1], "share of the batch", f"{DATA_SHARE} of bins ≥ {mass_bin} (solid) and of the high bins "
+    style_line_axes(axes[0], "mean bin index", "mean pass-rate bin of the batch (unseen bin left out)")
+    style_line_axes(axes[1], "share of the batch", f"{DATA_SHARE} of bins ≥ {mass_bin} (solid) and of the high bins "
                      "(dashed)")
-    _style_line_axes(axes[2], BUDGET_SHARE, f"{BUDGET_SHARE} of the high bins")
+    style_line_axes(axes[2], BUDGET_SHARE, f"{BUDGET_SHARE} of the high bins")
     fig.suptitle(f"{rule[0].upper()}{rule[1:]}", fontsize=10)
     for ax in axes[:2]:
         ax.set_xlabel("")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def fig_lead_lag(runs: list[SweepRun], colors, path) -> bool:
     """Fig. 6 left: ``gdro/lead_lag`` (Eq. 32) per Prompt-GDRO method, mean over seeds ± 1 s.d."""
     import matplotlib.pyplot as plt
 
-    groups = {m: [r for r in rs if r.has("gdro/lead_lag")] for m, rs in _ordered_groups(runs).items()}
+    groups = {m: [r for r in rs if r.has("gdro/lead_lag")] for m, rs in ordered_groups(runs).items()}
     groups = {m: rs for m, rs in groups.items() if rs}
     if not groups:
         return False
     fig, ax = plt.subplots(figsize=(8, 4))
     for m, rs in groups.items():
-        steps, mean, sd = _over_seeds(rs, "gdro/lead_lag")
+        steps, mean, sd = over_seeds(rs, "gdro/lead_lag")
         ax.plot(steps, mean, color=colors[m], lw=1.4, label=f"{display_name(m)} (n={len(rs)})")
         ax.fill_between(steps, mean - sd, mean + sd, color=colors[m], alpha=0.15, lw=0)
     ax.axhline(0.0, color="k", ls="--", lw=0.8)
-    _style_line_axes(ax, "Δμ = μ_weight − μ_data", "Lead–lag Δμ (Eq. 32): mean over seeds ± 1 s.d.")
-    return _save(fig, path)
+    style_line_axes(ax, "Δμ = μ_weight − μ_data", "Lead–lag Δμ (Eq. 32): mean over seeds ± 1 s.d.")
+    return save_figure(fig, path)
 
 
 def method_file(method: str) -> str:
@@ -177,7 +166,7 @@ def make_paper_plots(runs: list[SweepRun], sw: Sweep, out_dir: Path) -> tuple[li
     import matplotlib
 
     matplotlib.use("Agg")
-    colors = _colors(list(_ordered_groups(runs)))
+    colors = method_colors(list(ordered_groups(runs)))
     none = "no run logs difficulty/batch/<bin> (or gdro/share/<bin>)"
     same = "no method gives some bins more rollouts per prompt than others (budget share = data share)"
     jobs = [("wse_ratio.png", lambda p: fig_wse(sw, colors, p), none),

@@ -35,11 +35,11 @@ def _experiment(choices: object) -> str | None:
 def _summary_experiments(path: Path) -> dict[Path, str | None]:
     """Each run of a summaries file (``gdro-report FILE``), at the path ``load_summaries`` gives it, and its
     experiment; lines that do not parse are left out (the report refuses those itself)."""
-    from gdro.report.summary import _lines
+    from gdro.report.summary import summary_lines
 
     found: dict[Path, str | None] = {}
     try:
-        lines = _lines(path)
+        lines = summary_lines(path)
     except (OSError, ValueError):
         return found
     for raw in lines:

@@ -1,5 +1,5 @@
 """Sweep report, the runs: reading run dirs (run.json, metrics.jsonl), the method a run dir names, which runs are
-complete, and the runs left out of a report."""
+complete, a run's evaluation row, and the runs per method (the runs left out of a report: gdro/report/exclusions.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from gdro.report.names import METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
+from gdro.report.names import METRIC_KEY, display_name, is_headline, method_rank, metric_sort_key
 
 
 def _kebab(class_name: str, suffixes: tuple[str, ...]) -> str:
@@ -118,7 +118,8 @@ class Skipped:
 
 
 
-def _step(row: dict) -> float | None:
+def row_step(row: dict) -> float | None:
+    """A metrics row's ``step`` as a float (None when it has no numeric step)."""
     s = row.get("step")
     return float(s) if isinstance(s, (int, float)) and not isinstance(s, bool) else None
 
@@ -159,7 +160,7 @@ def read_metrics(path: Path) -> tuple[list[dict], list[tuple[int, str]], int]:
         if not isinstance(row, dict):
             bad.append((lineno, "is not a JSON object"))
             continue
-        step = _step(row)
+        step = row_step(row)
         if step is not None:
             if prev is not None and step < prev[0]:
                 raise UnusableRun(
@@ -185,7 +186,8 @@ def _bad_lines(bad: list[tuple[int, str]], last_line: int | None) -> str:
 
 
 
-def _read_meta(path: Path) -> dict:
+def read_run_json(path: Path) -> dict:
+    """A run dir's ``run.json``, the JSON object; :class:`UnusableRun` saying why when it cannot be read as one."""
     try:
         meta = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as err:
@@ -205,7 +207,7 @@ def _completion_problems(meta: dict, config: dict, rows: list[dict]) -> list[str
     """Why the run did not finish (empty when it did): the status, and the steps logged against the target."""
     target = config.get("steps")
     target = target if isinstance(target, int) and not isinstance(target, bool) else None
-    steps = [s for s in map(_step, rows) if s is not None]
+    steps = [s for s in map(row_step, rows) if s is not None]
     logged = _fmt_step(steps[-1]) if steps else None
     of = f" of {target}" if target is not None else " of ? (run.json has no config.steps)"
     if "status" not in meta:  # written before the trainer recorded its status: judge by the steps alone
@@ -271,7 +273,7 @@ def load_run(run_dir: Path) -> SweepRun:
     A run that loads but did not finish cleanly has ``problems`` (see :class:`SweepRun`).
     """
     run_dir = Path(run_dir)
-    meta = _read_meta(run_dir / "run.json")
+    meta = read_run_json(run_dir / "run.json")
     config = meta.get("config") if isinstance(meta.get("config"), dict) else {}
     rows, bad, last_line = read_metrics(run_dir / "metrics.jsonl")
     problems = []
@@ -306,7 +308,7 @@ def scan_runs(sweep_dir: str | Path) -> tuple[list[SweepRun], list[Skipped]]:
             runs.append(load_run(d))
         except UnusableRun as err:
             skipped.append(Skipped(d, str(err)))
-    runs.sort(key=lambda r: (_method_rank(r.method), str(r.seed), str(r.path)))
+    runs.sort(key=lambda r: (method_rank(r.method), str(r.seed), str(r.path)))
     return runs, skipped
 
 
@@ -318,7 +320,9 @@ def find_runs(sweep_dir: str | Path, *, include_incomplete: bool = False) -> lis
 
 
 
-def _select_row(run: SweepRun, which: str) -> dict | None:
+def select_row(run: SweepRun, which: str) -> dict | None:
+    """The run's ``which`` evaluation row: the last one (``"final"``) or the one with the best first headline metric
+    (``"best"``); None without an evaluation row."""
     rows = run.eval_rows()
     if not rows:
         return None
@@ -331,51 +335,15 @@ def _select_row(run: SweepRun, which: str) -> dict | None:
 
 
 
-def _label(key: str) -> str:
-    return key.removeprefix("eval/")
-
-
-
-def _groups(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
+def group_by_method(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
+    """The runs per method, methods and runs in the order given."""
     out: dict[str, list[SweepRun]] = {}
     for r in runs:
         out.setdefault(r.method, []).append(r)
     return out
 
 
-
-def _rel(path: Path, root: Path) -> str:
-    try:
-        rel = str(Path(path).relative_to(root))
-    except ValueError:
-        return str(path)
-    return str(path) if rel == "." else rel
-
-
-
-def exclusion_notes(runs: list[SweepRun], skipped: list[Skipped], root: str | Path, *,
-                    include_incomplete: bool) -> tuple[str, list[str]]:
-    """Markdown sections naming every run dir not pooled as a completed run, with the reason, and the same as
-    one line per run dir (for stderr). Both empty when every run completed and has an evaluation row."""
-    root = Path(root)
-    left, included = [], []
-    for run in runs:
-        if not run.complete:
-            (included if include_incomplete else left).append(f"`{_rel(run.path, root)}`: {run.label}: "
-                                                              + "; ".join(run.problems))
-    for sk in skipped:
-        left.append(f"`{_rel(sk.path, root)}`: {sk.reason}")
-    for run in runs:
-        if (run.complete or include_incomplete) and not run.eval_rows():
-            left.append(f"`{_rel(run.path, root)}`: {run.label}: no evaluation row in metrics.jsonl")
-    sections, lines = [], []
-    if left:
-        hint = "" if include_incomplete else " (`--include-incomplete` adds the incomplete runs that load)"
-        sections.append(f"## Runs left out of the table\n\nOnly completed runs are pooled{hint}.\n\n"
-                        + "".join(f"- {x}\n" for x in left))
-        lines += [f"left out: {x}" for x in left]
-    if included:
-        sections.append("## Incomplete runs in the table (`--include-incomplete`)\n\n"
-                        + "".join(f"- {x}\n" for x in included))
-        lines += [f"included although incomplete: {x}" for x in included]
-    return "\n".join(sections), lines
+def ordered_groups(runs: list[SweepRun]) -> dict[str, list[SweepRun]]:
+    """The runs per method, methods in the report's order and each method's runs by seed (stable colours and
+    legends across figures)."""
+    return group_by_method(sorted(runs, key=lambda r: (method_rank(r.method), str(r.seed), str(r.path))))

@@ -35,8 +35,8 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from gdro.report.names import _method_rank
-from gdro.report.runs import Skipped, SweepRun, UnusableRun, _read_meta, read_overrides
+from gdro.report.names import method_rank
+from gdro.report.runs import Skipped, SweepRun, UnusableRun, read_overrides, read_run_json
 from gdro.report.table1 import eval_record
 from gdro.run.ioerrors import atomic_write, atomic_write_text
 
@@ -48,7 +48,7 @@ METRIC_KEYS = ("step", "eval/", "rollout/n_total", "rollout/len_mean", "compute/
                "difficulty/pool/", "gdro/")  # difficulty/pool/: the pool's bins, for pilots' criteria (issue #48)
 
 
-def _table(rows: list[dict]) -> dict[str, list]:
+def metrics_table(rows: list[dict]) -> dict[str, list]:
     """The rows' kept keys as ``{"keys", "shapes", "rows"}`` (see the module docstring); exact, key order kept."""
     keys: dict[str, int] = {}
     shapes: dict[tuple[int, ...], int] = {}
@@ -60,8 +60,8 @@ def _table(rows: list[dict]) -> dict[str, list]:
     return {"keys": list(keys), "shapes": [list(s) for s in shapes], "rows": out}
 
 
-def _untable(table: Any) -> list[dict]:
-    """The rows of a :func:`_table`; ``ValueError`` saying what is wrong when it is not one."""
+def metrics_rows(table: Any) -> list[dict]:
+    """The rows of a :func:`metrics_table`; ``ValueError`` saying what is wrong when it is not one."""
     if not isinstance(table, dict) or not all(isinstance(table.get(k), list) for k in ("keys", "shapes", "rows")):
         raise ValueError("'metrics' is not an object of lists 'keys', 'shapes', 'rows'")
     keys, shapes = table["keys"], table["shapes"]
@@ -87,7 +87,7 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
         rel = run.path.relative_to(root).as_posix()
     except ValueError:
         rel, root = run.path.name, run.path.parent
-    meta = _read_meta(run.path / "run.json")
+    meta = read_run_json(run.path / "run.json")
     git = meta.get("git") if isinstance(meta.get("git"), dict) else {}
     record = eval_record(run)
     return {
@@ -98,12 +98,12 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
         "machine": meta.get("machine"), "world_size": meta.get("world_size"), "data": meta.get("data"),
         "config": run.config,
         "evaluation": {k: record[k] for k in ("k", "metrics") if k in record} if isinstance(record, dict) else None,
-        "metrics": _table(run.rows),
+        "metrics": metrics_table(run.rows),
     }
 
 
 def _order(run: SweepRun) -> tuple:
-    return _method_rank(run.method), str(run.seed), str(run.path)  # scan_runs' order
+    return method_rank(run.method), str(run.seed), str(run.path)  # scan_runs' order
 
 
 def write_summaries(runs: list[SweepRun], path: str | Path, root: str | Path | None = None) -> Path:
@@ -142,14 +142,16 @@ def _run(summary: Any, path: Path) -> SweepRun:
         method=_field(summary, "method", (str,), "a string"),
         seed=summary.get("seed"),
         config=_field(summary, "config", (dict,), "an object"),
-        rows=_untable(summary.get("metrics")),
+        rows=metrics_rows(summary.get("metrics")),
         status=_field(summary, "status", (str, type(None)), "a string or null"),
         problems=problems,
         evaluation=_field(summary, "evaluation", (dict, type(None)), "an object or null"),
     )
 
 
-def _lines(path: Path) -> list[bytes]:
+def summary_lines(path: Path) -> list[bytes]:
+    """The raw lines of a summaries file, gunzipped when it is gzip'd; :class:`UnusableRun` when it is not a whole
+    gzip file (an ``OSError`` when it cannot be read)."""
     try:
         data = path.read_bytes()
         return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).splitlines()
@@ -164,7 +166,7 @@ def load_summaries(path: str | Path) -> tuple[list[SweepRun], list[Skipped]]:
     ``OSError`` when it cannot be read."""
     path = Path(path)
     runs, skipped, seen = [], [], {}
-    for lineno, raw in enumerate(_lines(path), start=1):
+    for lineno, raw in enumerate(summary_lines(path), start=1):
         if not raw.strip():
             continue
         try:
@@ -198,4 +200,5 @@ def read_summaries(path: str | Path) -> tuple[list[SweepRun], Path]:
     return runs, path.joinpath(*sweeps.pop()) if len(sweeps) == 1 else path
 
 
-__all__ = ["METRIC_KEYS", "SCHEMA", "load_summaries", "read_summaries", "summarize", "write_summaries"]
+__all__ = ["METRIC_KEYS", "SCHEMA", "load_summaries", "metrics_rows", "metrics_table", "read_summaries", "summarize",
+           "summary_lines", "write_summaries"]

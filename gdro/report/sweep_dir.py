@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from gdro.report.runs import SweepRun, exclusion_notes, scan_runs
+from gdro.report.exclusions import exclusion_notes
+from gdro.report.runs import SweepRun, scan_runs
 
 
 class SweepDirError(RuntimeError):

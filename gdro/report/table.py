@@ -7,8 +7,16 @@ import csv
 import math
 from pathlib import Path
 
-from gdro.report.names import BASELINE, METRIC_KEY, _method_rank, display_name, is_headline, metric_sort_key
-from gdro.report.runs import SweepRun, _label, _select_row
+from gdro.report.names import (
+    BASELINE,
+    METRIC_KEY,
+    display_name,
+    is_headline,
+    method_rank,
+    metric_label,
+    metric_sort_key,
+)
+from gdro.report.runs import SweepRun, select_row
 from gdro.report.stats import ALPHA, HolmCell, mean_ci
 from gdro.run.ioerrors import atomic_write, atomic_write_text
 
@@ -24,14 +32,14 @@ def aggregate(runs: list[SweepRun], *, which: str = "final") -> list[dict]:
     seeds: dict[str, list] = {}
     incomplete: dict[str, int] = {}
     for run in runs:
-        row = _select_row(run, which)
+        row = select_row(run, which)
         if row is None:
             continue
         by_method.setdefault(run.method, []).append(row)
         seeds.setdefault(run.method, []).append(run.seed)
         incomplete[run.method] = incomplete.get(run.method, 0) + (not run.complete)
     out = []
-    for method in sorted(by_method, key=_method_rank):
+    for method in sorted(by_method, key=method_rank):
         rows = by_method[method]
         keys = sorted(
             {k for r in rows for k, v in r.items() if METRIC_KEY.match(k) and isinstance(v, (int, float))},
@@ -102,9 +110,9 @@ def to_markdown(rows: list[dict]) -> str:
     cols = _columns(rows)
     header = ["Method", "n"]
     for k in cols:
-        header.append(_label(k))
+        header.append(metric_label(k))
         if k in {g for r in rows for g in r["gain"]}:
-            header.append(f"Δ{_label(k)} vs GRPO")
+            header.append(f"Δ{metric_label(k)} vs GRPO")
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
     gain_keys = {g for r in rows for g in r["gain"]}
     for r in rows:
@@ -129,8 +137,8 @@ def write_table(rows: list[dict], out_dir: str | Path, *, notes: str = "") -> tu
     gain_keys = sorted({g for r in rows for g in r["gain"]}, key=metric_sort_key)
     header = ["method", "name", "n_seeds", "seeds", "n_incomplete"]
     for k in cols:
-        header += [f"{_label(k)}_mean", f"{_label(k)}_ci", f"{_label(k)}_n"]
-    header += [f"{_label(k)}_gain_pct" for k in gain_keys]
+        header += [f"{metric_label(k)}_mean", f"{metric_label(k)}_ci", f"{metric_label(k)}_n"]
+    header += [f"{metric_label(k)}_gain_pct" for k in gain_keys]
 
     def num(x: float | None) -> str:
         return "" if x is None or not math.isfinite(x) else repr(float(x))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from gdro.report import paper_table
-from gdro.report.runs import SweepRun, _groups
+from gdro.report.runs import SweepRun, group_by_method
 from gdro.run.ioerrors import atomic_write_text
 
 EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
@@ -52,7 +52,7 @@ def paper_size(runs: list[SweepRun]) -> str:
 def write_table1(runs: list[SweepRun], out: Path) -> Path | None:
     """``table1.md`` from the runs' gdro-eval results (None when no run has one)."""
     rows = {}
-    for rs in _groups(runs).values():
+    for rs in group_by_method(runs).values():
         records = [r for r in (eval_record(run) for run in rs) if r is not None]
         if not records:
             continue

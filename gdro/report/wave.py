@@ -38,7 +38,6 @@ from pathlib import Path
 
 import numpy as np
 
-from gdro.report.figures import _colors, _ordered_groups, _pool_by_step, _save
 from gdro.report.names import display_name
 from gdro.report.paired import first_last_quarter
 from gdro.report.paper_figures import (
@@ -46,14 +45,14 @@ from gdro.report.paper_figures import (
     SHARE_KEYS,
     Sweep,
     Tables,
-    _cell,
     collect,
+    format_mean_sd,
     mean_bin,
     pass_index,
     pooled,
 )
-from gdro.report.paper_plots import _band
-from gdro.report.runs import SweepRun
+from gdro.report.plotting import method_colors, plot_band, pool_by_step, save_figure
+from gdro.report.runs import SweepRun, ordered_groups
 from gdro.run.ioerrors import atomic_write_text
 
 TOL = 1e-9  # |s − q| below this is the float residue of s = q, counted and drawn as 0
@@ -154,10 +153,10 @@ def wave_markdown(sw: Sweep) -> str:
         quarters = [w["frontier"] for w in waves if w["frontier"] is not None]
         move = (f"{np.mean([a for a, _ in quarters]):.2f} → {np.mean([b for _, b in quarters]):.2f}"
                 if quarters else "–")
-        lines.append(f"| {display_name(m)} | {len(waves)} | {_cell([w['steps'] for w in waves], 1)} | {move} | "
-                     f"{_cell([w['excess_steps'] / w['steps'] for w in waves], 1, True)} | "
-                     f"{_cell([w['hit'] for w in waves], 1, True)} | {_cell([w['stay'] for w in waves], 1, True)} | "
-                     f"{verdict(waves)} |")
+        lines.append(f"| {display_name(m)} | {len(waves)} | {format_mean_sd([w['steps'] for w in waves], 1)} | "
+                     f"{move} | {format_mean_sd([w['excess_steps'] / w['steps'] for w in waves], 1, True)} | "
+                     f"{format_mean_sd([w['hit'] for w in waves], 1, True)} | "
+                     f"{format_mean_sd([w['stay'] for w in waves], 1, True)} | {verdict(waves)} |")
     if missing:
         lines += ["", f"No {INFO_KEY}<bin> in the logs (no frontier): {', '.join(missing)}."]
     return "\n".join(lines) + "\n"
@@ -184,15 +183,15 @@ def fig_frontier(sw: Sweep, colors, path) -> bool:
         return False
     fig, axes = plt.subplots(len(methods), 1, figsize=(9, 0.6 + 2.4 * len(methods)), squeeze=False, sharex=True)
     for ax, m in zip(axes[:, 0], methods):
-        _band(ax, sw.series(m, mean_bin), colors[m], "mean bin (data share)")
-        _band(ax, sw.series(m, lambda t: mean_bin(t, budget=True)), colors[m], "mean bin (budget share)", "--", False)
-        _band(ax, sw.series(m, frontier), "k", "frontier bin (most mixed groups)")
+        plot_band(ax, sw.series(m, mean_bin), colors[m], "mean bin (data share)")
+        plot_band(ax, sw.series(m, lambda t: mean_bin(t, budget=True)), colors[m], "mean bin (budget share)", "--", False)
+        plot_band(ax, sw.series(m, frontier), "k", "frontier bin (most mixed groups)")
         same = "" if m in sw.allocating() else " (budget = data share: no allocator)"
         ax.set(ylabel="bin (0 = hardest)", title=f"{display_name(m)}{same}: {_seeds(sw, m)}")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
     axes[-1, 0].set_xlabel("step")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def heat(ts: list[Tables]) -> tuple[np.ndarray, np.ndarray]:
@@ -217,7 +216,7 @@ def fig_heatmap(sw: Sweep, path) -> bool:
         im = ax.imshow(np.ma.masked_invalid(e), aspect="auto", interpolation="nearest", cmap="RdBu_r", vmin=-v,
                        vmax=v, extent=extent)
         for fn, style, label in ((frontier, "-", "frontier bin"), (mean_bin, "--", "mean bin (data)")):
-            s, mean, _ = _pool_by_step(sw.series(m, fn))
+            s, mean, _ = pool_by_step(sw.series(m, fn))
             if len(s):
                 ax.plot(s, _rows(sw, mean), color="k", ls=style, lw=1.2, label=label)
         ax.set_yticks(range(len(sw.bins)))
@@ -230,7 +229,7 @@ def fig_heatmap(sw: Sweep, path) -> bool:
         fig.colorbar(im, ax=ax, pad=0.01)
     span = (min(st[0] for st, _ in maps.values()) - 0.5, max(st[-1] for st, _ in maps.values()) + 0.5)
     axes[-1, 0].set(xlabel="step", xlim=span)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def write_wave(runs: list[SweepRun], out_dir: str | Path) -> tuple[list[Path], list[str]]:
@@ -245,7 +244,7 @@ def write_wave(runs: list[SweepRun], out_dir: str | Path) -> tuple[list[Path], l
     no_share = f"no run logs {' / '.join(SHARE_KEYS)}<bin>"
     no_info = no_share if not sw.groups else f"no run logs {INFO_KEY}<bin> (no frontier)"
     made, skipped = [], []
-    jobs = [("wave_frontier.png", lambda p: fig_frontier(sw, _colors(list(_ordered_groups(runs))), p), no_info),
+    jobs = [("wave_frontier.png", lambda p: fig_frontier(sw, method_colors(list(ordered_groups(runs))), p), no_info),
             ("wave_heatmap.png", lambda p: fig_heatmap(sw, p), no_share)]
     for name, job, why in jobs:
         if job(out_dir / name):
