@@ -31,6 +31,7 @@ from omegaconf import DictConfig, OmegaConf
 from gdro import distributed, process_group
 from gdro.controllers.skip import NoSkip
 from gdro.distributed import Dist
+from gdro.execution import Execution
 from gdro.filters import DynamicSampling, Filter, NoFilter
 from gdro.interfaces import Controllers, Problem, Problems
 from gdro.loss import Objective
@@ -342,6 +343,7 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
         problems=Problems(splits.problems["train"], splits.problems["test"]),
         objective=Objective(comp.advantage, comp.loss), optim_cfg=comp.optim, eval_cfg=comp.eval,
         train_sampling=sampling, filter=comp.filter,
-        forward=Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature, dist=dist),
+        execution=Execution(Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature,
+                                         dist=dist)),
     )
     return Training(Lifecycle(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)

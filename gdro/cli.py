@@ -24,10 +24,8 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gdro.app import (  # noqa: F401 (EXIT_IN_USE, EXIT_IO_ERROR: gdro-train's statuses, named here as before)
+from gdro.app import (
     CONF_DIR,
-    EXIT_IN_USE,
-    EXIT_IO_ERROR,
     UserExit,
     errors_kept,
     job_log_files_closed,

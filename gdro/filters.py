@@ -31,15 +31,13 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Drawn:
-    """One or more rounds' groups: prompt ids, bins, rollouts each, the rollouts, their verdicts, and the rows this
-    process trains on (``local``; None in one process)."""
+    """One or more rounds' groups: prompt ids, bins, rollouts each, the rollouts and their verdicts."""
 
     ids: np.ndarray
     bins: np.ndarray
     n: np.ndarray
     roll: RolloutBatch
     scored: RewardBatch
-    local: np.ndarray | None = None
 
     @property
     def mixed(self) -> np.ndarray:
@@ -53,8 +51,6 @@ class Drawn:
 
     def subset(self, groups: np.ndarray) -> Drawn:
         """The whole groups ``groups`` (increasing), in order; the failure-kind counts are the whole batch's."""
-        if self.local is not None:
-            raise ValueError("a subset of groups needs the whole batch on this process (one process)")
         groups = np.asarray(groups, dtype=np.int64)
         where = np.full(len(self.ids), -1, dtype=np.int64)
         where[groups] = np.arange(len(groups))

@@ -4,7 +4,8 @@ One step reads like the algorithm (:meth:`Trainer._step`; docs/architecture.md):
 generate (ragged) → reward → group advantages → loss weights → clipped-surrogate update → controller updates → log.
 The run around it (run dir, lock, run.json, checkpoints, resume, signals, the final save) is gdro.run.lifecycle.Lifecycle's, which
 drives the loop and checkpoints the algorithm through :meth:`Trainer.state_dict`. How a step runs (forward layouts,
-micro-batches, processes) is the execution layer's (``Forward``, ``Dist``), handed in; nothing here branches on it.
+micro-batches, processes) is the execution layer's (gdro.execution.Execution), handed in; the algorithm asks it to
+generate, score, update, sync, checkpoint and save, and nothing here branches on how it does so.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import torch
 
 from gdro.controllers.ledger import ComputeLedger, rollout_metrics
 from gdro.evaluation.heldout import EvalConfig, evaluate
+from gdro.execution import Execution
 from gdro.filters import Drawn, Filter, NoFilter
 from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
 from gdro.loss import Objective
 from gdro.models.loading import Policy
-from gdro.policy import Forward, OptimConfig, ppo_update
+from gdro.policy import OptimConfig
 from gdro.rollout.base import SamplingParams
 from gdro.run import seeding
 from gdro.run.samples import ROW_KEYS, train_records
@@ -57,7 +59,7 @@ class Trainer:
     optim_cfg: OptimConfig
     eval_cfg: EvalConfig
     train_sampling: SamplingParams
-    forward: Forward  # how the policy's forwards run (layouts, micro-batches, processes): gdro.policy.forward
+    execution: Execution  # how a step runs (forward layouts, micro-batches, processes): gdro.execution
     filter: Filter = field(default_factory=NoFilter)  # which generated groups a step trains on (gdro.filters)
     st: _State | None = field(default=None, init=False, repr=False)  # set up by setup()
 
@@ -102,10 +104,9 @@ class Trainer:
             # 4. the data adversary's multipliers on the advantages (ones for uniform GRPO; Eq. 16), then the update
             mult = self.controllers.sampler.loss_weights(d.bins, d.roll.group_index)
         with clock("update_s"):
-            stats, losses = ppo_update(self.policy.model, st.optimizer, st.scheduler, d.roll,
-                                       adv * torch.as_tensor(mult, dtype=adv.dtype), loss, self.optim_cfg,
-                                       self.forward, rng=st.rngs["update"], ref_model=self.policy.reference,
-                                       local_rows=d.local)
+            stats, losses = self.execution.update(self.policy.model, st.optimizer, st.scheduler, d.roll,
+                                                  adv * torch.as_tensor(mult, dtype=adv.dtype), loss, self.optim_cfg,
+                                                  rng=st.rngs["update"], ref_model=self.policy.reference)
         with clock("controller_s"):
             # 5. every controller observes the same step; the surrogate is linear in A, so dividing the weighted
             #    per-response loss by its (positive) multiplier gives the unweighted one, the official signal.
@@ -118,15 +119,16 @@ class Trainer:
             for part in self.controllers:
                 part.update(feedback)
         with clock("sync_s"):
-            self.forward.dist.sync_engine(self.policy.engine, self.policy.model)
+            self.execution.sync_engine(self.policy.engine, self.policy.model)
         st.ledger.trained(d.bins, d.n, d.mixed)
         row = {"step": step, **stats, **rollout_metrics(d.roll, d.scored, feedback.n_correct, adv,
                                                         self.train_sampling.max_new_tokens)}
         row.update(self.reward.metrics(c.generated.scored))  # every generated rollout's verdicts
         for part in (*self.controllers, self.filter):
             row.update(part.metrics())
-        if run.samples.due(step) and self.forward.dist.main:  # a bounded sample of what the policy wrote (no RNG drawn)
-            row[ROW_KEYS["train"]] = train_records(step, d, self.problems.train, run.samples.train)
+        if run.samples.due(step):  # a bounded sample of what the policy wrote (no RNG drawn), where the files are written
+            row.update(self.execution.on_writer(
+                lambda: {ROW_KEYS["train"]: train_records(step, d, self.problems.train, run.samples.train)}, {}))
         return row | st.ledger.metrics(self.controllers.classifier.bin_spec().labels) | clock.metrics()
 
     def _draw(self, step: int, st: _State, count: int, rnd: int, clock: StepClock) -> Drawn:
@@ -136,46 +138,42 @@ class Trainer:
             ids = self.controllers.sampler.sample(count, st.rngs["sampler"], self.controllers.classifier)
             bins = self.controllers.classifier.bins(ids)
             n = self.controllers.allocator.allocate(ids, bins, run.rollouts_per_prompt, self.controllers.classifier)
-            # the current policy samples (whole groups per shard); round 0 on the step's stream, later rounds on their own
-            ids, bins, n, bounds = self.forward.dist.shard_order(ids, bins, n)
-            probs = [self.problems.train[i] for i in ids]
+            # the current policy samples (the execution may reorder the groups); round 0 on the step's stream, later
+            # rounds on their own
             keys = (seeding.STREAM_ROLLOUT, step) if rnd == 0 else (seeding.STREAM_ROLLOUT_ROUND, step, rnd)
-            roll, local = self.forward.dist.generate(self.policy.engine, [p.prompt for p in probs], n, bounds,
-                                             lambda *shard: derive_seed(run.seed, *keys, *shard), self.train_sampling)
+            ids, bins, n, roll = self.execution.generate(self.policy.engine, self.problems.train, ids, bins, n,
+                                                         lambda *part: derive_seed(run.seed, *keys, *part),
+                                                         self.train_sampling)
             st.ledger.generated(bins, n, int(roll.lengths.sum()))  # every generated rollout counts (ledger)
         with clock("reward_s"):
-            scored = self.forward.dist.score(self.reward, roll, [probs[g].answer for g in roll.group_index], local)
-        return Drawn(ids, bins, n, roll, scored, local)
+            golds = [self.problems.train[ids[g]].answer for g in roll.group_index]
+            scored = self.execution.score(self.reward, roll, golds)
+        return Drawn(ids, bins, n, roll, scored)
 
     def state_dict(self) -> dict[str, Any]:
         """What a checkpoint holds of the algorithm, by file: the policy; the optimiser and its schedule; the step, each
-        controller's state, every RNG stream. Every process calls it (FSDP gathers); the main one holds it whole."""
-        st = self.st
-        policy_state, optim_state = self.forward.dist.full_states(self.policy.model, st.optimizer)
-        return {"policy": policy_state, "optimizer": {"optimizer": optim_state, "scheduler": st.scheduler.state_dict()},
-                "trainer": {"step": st.step, "sampler": self.controllers.sampler.state_dict(),
-                            "classifier": self.controllers.classifier.state_dict(), "allocator": self.controllers.allocator.state_dict(),
-                            "rng": rng_state(st.rngs), "world_size": self.forward.dist.world,
-                            "ledger": st.ledger.state_dict()}}
+        controller's state, every RNG stream (the execution adds the policy's and the optimiser's, whole)."""
+        st, c = self.st, self.controllers
+        return self.execution.checkpoint_state(self.policy.model, st.optimizer, st.scheduler, {
+            "step": st.step, "sampler": c.sampler.state_dict(), "classifier": c.classifier.state_dict(),
+            "allocator": c.allocator.state_dict(), "rng": rng_state(st.rngs), "ledger": st.ledger.state_dict()})
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue from what :meth:`state_dict` returned (after :meth:`setup`); the engine samples the loaded
         policy."""
-        st, tr = self.st, state["trainer"]
-        self.forward.dist.load_states(self.policy.model, st.optimizer, state["policy"], state["optimizer"]["optimizer"])
-        st.scheduler.load_state_dict(state["optimizer"]["scheduler"])
+        st = self.st
+        tr = self.execution.load_checkpoint_state(self.policy.model, st.optimizer, st.scheduler, state)
         self.controllers.sampler.load_state_dict(tr["sampler"])
         self.controllers.classifier.load_state_dict(tr["classifier"])
         self.controllers.allocator.load_state_dict(tr["allocator"])
         set_rng_state(tr["rng"], st.rngs)
-        if "ledger" in tr:  # a checkpoint from before the ledger: its counts start at 0
-            st.ledger.load_state_dict(tr["ledger"])
-        self.forward.dist.sync_engine(self.policy.engine, self.policy.model)
+        st.ledger.load_state_dict(tr["ledger"])
+        self.execution.sync_engine(self.policy.engine, self.policy.model)
         st.step = int(tr["step"])
 
     def evaluate(self) -> dict[str, Any]:
-        """Held-out evaluation on the main process (the engine holds its own copy of the weights: no collective)."""
-        return self.forward.dist.main_only(self._evaluate_here, default={})
+        """Held-out evaluation, in one process (the engine holds its own copy of the weights: no collective)."""
+        return self.execution.on_writer(self._evaluate_here, default={})
 
     def _evaluate_here(self) -> dict[str, Any]:
         clock = StepClock()
@@ -185,12 +183,6 @@ class Trainer:
 
     def save(self, path: Path) -> None:
         """The policy as a HF model dir at ``path`` (``model.name_or_path=<path>`` loads it) in the compute dtype (fp32
-        master weights cast down, as the base checkpoint was stored). Every process calls it (FSDP gathers); the main
-        one writes. gdro.run.lifecycle.Lifecycle writes the final policy through it, atomically."""
-        from gdro.models.loading import compute_dtype, save_model_dir
-
-        model = self.policy.model
-        state = self.forward.dist.savable_state(model, compute_dtype(model))  # every process takes part (FSDP)
-        if self.forward.dist.main:  # one process writes; a LoRA run: merged, and its adapter
-            save_model_dir(self.policy.model, self.policy.tokenizer, path, state)
-
+        master weights cast down, as the base checkpoint was stored), written once (a LoRA run: merged, and its
+        adapter). gdro.run.lifecycle.Lifecycle writes the final policy through it, atomically."""
+        self.execution.save_policy(self.policy.model, self.policy.tokenizer, path)

@@ -46,7 +46,7 @@ FLOORS = {
     1: ["controllers"],  # stateful controllers
     2: ["data", "models.prompts", "grading", "run"],  # I/O without a model: data, grading, the run's files
     3: ["models", "rollout", "evaluation.heldout", "run.settings"],  # models and rollout engines; the run settings (device check)
-    4: ["distributed", "process_group", "fsdp", "policy"],  # the execution layer: how a step runs
+    4: ["distributed", "execution", "process_group", "fsdp", "policy"],  # the execution layer: how a step runs
     5: ["trainer", "filters", "run.lifecycle", "run.record"],  # the loop: the algorithm (trainer) and its lifecycle (run)
     6: ["build"],  # the composition root
     7: ["cli", "entry", "app", "evaluation", "report"],  # entry points: gdro-train, gdro-eval, gdro-rescore, reports

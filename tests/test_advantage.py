@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
 from gdro import cli
-from gdro.build import ConfigError, build_components, build_training
+from gdro.build import build_components, build_training
 from gdro.loss import (
     AdvantageEstimator,
     DrGRPOAdvantage,
@@ -33,6 +33,7 @@ from gdro.loss.advantage_estimators import check_group_sizes
 from gdro.loss.advantages import group_advantages, scaled_advantages
 from gdro.run import migrations
 from gdro.run.record import config_differences
+from gdro.validate import ConfigError
 from tests.conftest import FAST, compose_cfg
 
 torch.set_num_threads(1)

@@ -247,7 +247,7 @@ def test_normalize_gold():
 
 
 def test_normalize_gold_reads_the_box_the_reward_reads():
-    """One extractor, gdro.grading.rewards.last_boxed: the loader's own (until #29) counted escaped braces, so a box holding
+    """One extractor, gdro.grading.answers.last_boxed: the loader's own (until #29) counted escaped braces, so a box holding
     ``\\}`` closed early and one holding an unmatched ``\\{`` never closed; no real file has such a gold
     (tests/test_realdata.py)."""
     assert normalize_gold("\\boxed{\\}}") == "\\}"  # was "\\"

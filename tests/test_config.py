@@ -11,7 +11,8 @@ from hydra.errors import MissingConfigException
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from gdro.build import GROUPS, ConfigError, build_components
+from gdro.build import GROUPS, build_components
+from gdro.validate import ConfigError
 from tests.conftest import CONF, REPO, compose_cfg
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from gdro.build import ConfigError
 from gdro.data.paper import DapoMath
 from gdro.evaluation.evaluator import build_plan, run_eval
+from gdro.validate import ConfigError
 from tests.conftest import CONF, REPO
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"

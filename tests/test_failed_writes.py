@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro.cli import EXIT_IO_ERROR
+from gdro.run.ioerrors import EXIT_IO_ERROR
 from gdro.run.tracking import LoggerConfig, RunLogger
 from tests.test_resume import REPO, _env
 

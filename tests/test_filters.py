@@ -7,11 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.build import ConfigError, build_components, build_training
+from gdro.build import build_components, build_training
 from gdro.controllers.ledger import ComputeLedger
 from gdro.filters import Drawn, DynamicSampling, NoFilter, concat_drawn
 from gdro.interfaces import RewardBatch
 from gdro.rollout.base import RolloutBatch
+from gdro.validate import ConfigError
 from tests.conftest import FAST, compose_cfg
 
 

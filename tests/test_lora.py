@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from gdro import cli
-from gdro.build import ConfigError, build_components, make_policy
+from gdro.build import build_components, make_policy
 from gdro.distributed import Dist
 from gdro.models.loading import ModelSpec, load_model
 from gdro.models.lora import BaseView, LoraSpec, adapters_off, merged_state_dict, reference_model
@@ -23,6 +23,7 @@ from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFEngineConfig, HFGenerator
 from gdro.run.record import config_differences
 from gdro.run.tracking import read_metrics
+from gdro.validate import ConfigError
 from tests.conftest import FAST, REPO, compose_cfg
 from tests.test_resume import _env
 from tests.test_user_errors import _main

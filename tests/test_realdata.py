@@ -364,7 +364,7 @@ def _strings(value) -> list[str]:
 
 
 def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
-    """The loader reads a gold's box with the reward's extractor (gdro.grading.rewards.last_boxed) since #29. On every string
+    """The loader reads a gold's box with the reward's extractor (gdro.grading.answers.last_boxed) since #29. On every string
     of every real file that holds a box (answers, and the solutions ``solution_key`` reads), both read the same, so
     no loaded gold changed (tests/test_benchmarks.py shows where the two differ: escaped braces)."""
     boxes = 0

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from gdro.build import ConfigError
 from gdro.run import migrations
 from gdro.run.checkpoint import list_checkpoints
 from gdro.run.migrations import MIGRATIONS, OLDEST_RESUMABLE, SCHEMA, renamed_target
 from gdro.run.record import config_differences
 from gdro.run.tracking import read_metrics
+from gdro.validate import ConfigError
 from tests.conftest import compose_cfg
 from tests.test_resume import REPO, _env
 
@@ -36,7 +37,7 @@ def test_a_renamed_target_is_no_difference_another_target_is():
     assert config_differences(_cfg("gdro.loss.LossConfig"), _cfg("gdro.loss.gspo.GSPOLoss")) != []
 
 
-def _resume_after(tmp_path, rewrite) -> None:
+def _resume_after(tmp_path, rewrite, rewrite_state=None) -> None:
     """A 1-step smoke run with a checkpoint, its meta.json's config changed by ``rewrite`` (as an older gdro wrote
     it), then the same command with steps=2: it must resume and log steps 1 and 2 once each."""
     run_dir = tmp_path / "run"
@@ -50,6 +51,10 @@ def _resume_after(tmp_path, rewrite) -> None:
     rewrite(meta["config"])
     meta.pop("schema", None)  # an older gdro recorded no schema (schema 0: the migration table applies)
     (ckpt / "meta.json").write_text(json.dumps(meta))
+    if rewrite_state is not None:  # trainer.pt as an older gdro wrote it
+        state = torch.load(ckpt / "trainer.pt", map_location="cpu", weights_only=False)
+        rewrite_state(state)
+        torch.save(state, ckpt / "trainer.pt")
     out = subprocess.run([*cmd, "steps=2"], cwd=REPO, env=_env(), capture_output=True, text=True,
                          timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -63,6 +68,16 @@ def test_a_checkpoint_from_before_the_loss_seam_resumes(tmp_path):
         config["loss"]["_target_"] = "gdro.loss.LossConfig"  # as a checkpoint of gdro before #29 says
 
     _resume_after(tmp_path, rewrite)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_from_before_the_ledger_the_streak_and_the_world_size_resumes(tmp_path):
+    def rewrite_state(state):
+        for key in ("ledger", "world_size"):
+            del state[key]
+        del state["classifier"]["streak"]
+
+    _resume_after(tmp_path, lambda config: None, rewrite_state)
 
 
 def _old_name(target: str) -> str:
@@ -133,7 +148,7 @@ def test_the_table_holds_only_what_a_resumable_schema_needs():
     """Entries under schema s serve checkpoints of schema <= s: s is one this gdro resumes and no longer writes."""
     assert MIGRATIONS and all(OLDEST_RESUMABLE <= s < SCHEMA for s in MIGRATIONS)
     assert {m.kind for entries in MIGRATIONS.values() for m in entries} <= {"target", "module", "group", "inert", "key",
-                                                                           "implied"}
+                                                                           "implied", "state"}
     # a checkpoint of the current schema holds today's names: nothing is read otherwise
     assert renamed_target("gdro.loss.LossConfig", SCHEMA) == "gdro.loss.LossConfig"
     assert migrations.added_group("filter._target_", SCHEMA) is None
@@ -214,3 +229,22 @@ def test_a_checkpoint_gdro_wrote_before_schemas_resumes(tmp_path):
         return removed
 
     _resume_after(tmp_path, lambda config: rewrite(config) or pytest.fail("no key added since 1ce88b4?"))
+
+
+def test_the_state_an_old_checkpoint_lacks_is_filled_in_by_the_table_alone():
+    """A schema-0 checkpoint may lack the world size, the compute ledger and the difficulty classifier's streak: the
+    table fills each in as it behaves as before (one process, counts from 0, streaks from 0); a part it holds, another
+    classifier's state and a checkpoint of the current schema are left as they are."""
+    old = {"policy": {}, "trainer": {"step": 3, "classifier": {"uids": ["a", "b", "c"], "visits": [1, 0, 2]},
+                                     "sampler": {}}}
+    migrated = migrations.migrated_state(old, 0)
+    assert migrated["trainer"]["world_size"] == 1
+    assert migrated["trainer"]["ledger"] == {"rollouts_cum": 0, "tokens_cum": 0, "grad_groups_cum": 0}
+    assert migrated["trainer"]["classifier"]["streak"] == [0, 0, 0]
+    oracle = migrations.migrated_state({"trainer": {"classifier": {"drawn": [1]}, "world_size": 2}}, 0)
+    assert oracle["trainer"] == {"classifier": {"drawn": [1]}, "world_size": 2,
+                                 "ledger": {"rollouts_cum": 0, "tokens_cum": 0, "grad_groups_cum": 0}}
+    assert migrations.migrated_state({"meta": {"step": 3}}, 0)["meta"]["world_size"] == 1  # meta.json's record too
+    assert migrations.migrated_state({"meta": {"step": 3, "world_size": 2}}, 0)["meta"]["world_size"] == 2
+    today = {"trainer": {"classifier": {"uids": ["a"]}}}
+    assert migrations.migrated_state(today, SCHEMA) == {"trainer": {"classifier": {"uids": ["a"]}}}

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.build import ConfigError, build_training
+from gdro.build import build_training
 from gdro.run.checkpoint import list_checkpoints
 from gdro.run.tracking import read_metrics
+from gdro.validate import ConfigError
 from tests.conftest import FAST, REPO, compose_cfg
 
 # 6 steps, an evaluation at steps 3 and 6, a checkpoint after every step; one thread so runs are bit-identical

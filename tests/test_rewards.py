@@ -563,7 +563,7 @@ def test_deadline_never_lands_in_a_gc_callback(monkeypatch):
     unraisable, and a retry landing in pytest's unraisable hook fails the test; the handler skips such frames
     and waits for its 10 ms repeat."""
     reported: list = []
-    MathVerifyReward().parse_gold("389192")  # math-verify's own caches warm: the gold parses within 20 ms
+    MathVerifyReward().prepare("389192")  # math-verify's own caches warm: the gold parses within 20 ms
 
     def slow_callback(phase, info):
         time.sleep(0.003)
@@ -592,7 +592,7 @@ def test_gold_parse_exception_counts_as_bad_gold(caplog):
     with caplog.at_level(logging.WARNING, logger="gdro.grading.rewards"):
         b = r.score(["\\boxed{5}", "\\boxed{4}"], [_Unformattable("5"), "4"], [True, True])
     assert b.correct.tolist() == [False, True] and b.n_bad_gold == 1 and b.n_error == 0
-    assert r.parse_gold(_Unformattable("5")) == []
+    assert r.prepare(_Unformattable("5")).parsed == []
     assert any(
         "RuntimeError" in rec.getMessage() and "bad_gold" in rec.getMessage() for rec in caplog.records
     )

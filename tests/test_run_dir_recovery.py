@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from gdro.cli import EXIT_IN_USE, EXIT_IO_ERROR
+from gdro.app import EXIT_IN_USE
+from gdro.run.ioerrors import EXIT_IO_ERROR
 from gdro.run.lock import LOCK_NAME
 from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env, _wait_for_checkpoint

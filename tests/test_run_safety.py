@@ -20,8 +20,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gdro.cli import EXIT_IN_USE, EXIT_IO_ERROR
+from gdro.app import EXIT_IN_USE
 from gdro.run.checkpoint import FINAL_MARKER, list_checkpoints
+from gdro.run.ioerrors import EXIT_IO_ERROR
 from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env
 from tests.test_rundir import _holder
@@ -82,16 +83,16 @@ def test_two_processes_started_at_once_one_refuses_the_other_runs_as_if_alone(tm
 PAUSE_BEFORE_CHECKPOINT = """
 import sys, time
 from pathlib import Path
-import gdro.run.checkpoint as checkpoint
+import gdro.run.lifecycle as lifecycle  # the Lifecycle writes each checkpoint through its save_checkpoint
 at, gate = int(sys.argv.pop(1)), Path(sys.argv.pop(1))
-save = checkpoint.save_checkpoint
+save = lifecycle.save_checkpoint
 def paused(run_dir, step, *a, **k):
     if step == at:
         gate.with_suffix(".waiting").touch()
         while not gate.exists():
             time.sleep(0.01)
     return save(run_dir, step, *a, **k)
-checkpoint.save_checkpoint = paused
+lifecycle.save_checkpoint = paused
 from gdro.cli import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
@@ -296,15 +297,15 @@ run("ro_finished", [*cmd, "steps=7", f"hydra.run.dir={mnt.parent}/ro/done"])
 """
 FILL_BEFORE_STEP_2 = """
 import sys
-import gdro.run.checkpoint as checkpoint
+import gdro.run.lifecycle as lifecycle  # the Lifecycle writes each checkpoint through its save_checkpoint
 from tests.fill_disk import fill
 ballast = sys.argv.pop(1)
-save = checkpoint.save_checkpoint
+save = lifecycle.save_checkpoint
 def fill_then_save(run_dir, step, *a, **k):
     if step == 2:
         fill(ballast)
     return save(run_dir, step, *a, **k)
-checkpoint.save_checkpoint = fill_then_save
+lifecycle.save_checkpoint = fill_then_save
 from gdro.cli import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro import cli
+from gdro import app, cli
 from gdro.evaluation import evaluator
 from gdro.run import ioerrors
 from gdro.run import lock as rundir
@@ -242,7 +242,7 @@ def test_gdro_train_on_a_held_dir_refuses_in_one_line_and_touches_nothing(tmp_pa
     finally:
         proc.kill()
         proc.wait()
-    assert exit_.value.code == cli.EXIT_IN_USE
+    assert exit_.value.code == app.EXIT_IN_USE
     lines = _lines(capsys.readouterr().err)
     assert len(lines) == 1 and lines[0].startswith(f"run dir in use: {run_dir} is held by pid {proc.pid} on host ")
     assert sorted(p.name for p in run_dir.iterdir()) == before  # not even Hydra's .hydra/ or its log
@@ -257,7 +257,7 @@ def test_gdro_train_and_eval_name_an_uncreatable_run_dir_in_one_line(tmp_path, m
             monkeypatch.setattr(sys, "argv", [*argv, f"hydra.run.dir={run_dir}"])
             with pytest.raises(SystemExit) as exit_:
                 main()
-            assert exit_.value.code == cli.EXIT_IO_ERROR
+            assert exit_.value.code == ioerrors.EXIT_IO_ERROR
             assert _lines(capsys.readouterr().err) == [f"error: Not a directory (ENOTDIR): {tmp_path / 'file'}"]
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro.cli import EXIT_IN_USE
+from gdro.app import EXIT_IN_USE
 from gdro.run.tracking import read_metrics
 from tests.test_resume import REPO, _env
 from tests.test_run_safety import PAUSE_BEFORE_CHECKPOINT

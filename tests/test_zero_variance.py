@@ -16,11 +16,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdro.build import ConfigError, build_components
+from gdro.build import build_components
 from gdro.controllers.difficulty import OnlineDifficultyClassifier
 from gdro.controllers.zero_variance import ZeroVarianceAllocator, zero_variance_allocate
 from gdro.interfaces import PromptPool, StepFeedback
 from gdro.run.tracking import read_metrics
+from gdro.validate import ConfigError
 from tests.conftest import REPO, compose_cfg
 from tests.test_resume import _comparable, _env, _fit
 

@@ -341,8 +341,7 @@ class OnlineDifficultyClassifier:
             return
         self._visits[idx] = state["visits"]
         self._bin[idx] = state["bin"]
-        if "streak" in state:  # a checkpoint from before the streak was kept: it restarts at 0
-            self._streak[idx] = state["streak"]
+        self._streak[idx] = state["streak"]  # an older checkpoint's: filled in by gdro.run.migrations
         if self.window:
             for i, v, cs, ts in zip(idx, self._visits[idx], state["correct"], state["total"]):
                 order = (int(v) - len(cs) + np.arange(len(cs))) % self.window

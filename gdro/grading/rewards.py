@@ -210,10 +210,6 @@ class MathVerifyReward:
             n_overlong=n_overlong,
         )
 
-    def parse_gold(self, gold: str) -> list:
-        """The gold read by gdro's rules and math-verify (:meth:`prepare`); [] if it cannot be read at all."""
-        return self.prepare(gold).parsed
-
     def prepare(self, gold: str) -> Gold:
         """The gold prepared once with **no time bound** (:func:`gdro.grading.golds.prepare_gold`), cached.
 

@@ -40,7 +40,6 @@ from tqdm.auto import tqdm
 from gdro.distributed import Dist
 from gdro.interfaces import MetricLogger
 from gdro.models.dir_checks import missing_parts
-from gdro.run import checkpoint as ckpt_files  # ckpt_files.save_checkpoint: looked up at each write
 from gdro.run.checkpoint import (
     CKPT_ROOT,
     FINAL_DIR,
@@ -52,11 +51,12 @@ from gdro.run.checkpoint import (
     load_checkpoint,
     named_weights_io,
     read_meta,
+    save_checkpoint,
     step_dirname,
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
-from gdro.run.migrations import SCHEMA
+from gdro.run.migrations import SCHEMA, migrated_state, schema_of
 from gdro.run.settings import RunSettings
 from gdro.run.tracking import RunRecord
 
@@ -265,7 +265,7 @@ class Lifecycle:
             meta = {"config": self.config, "metrics_bytes": position, "world_size": self.dist.world,
                     "schema": SCHEMA}  # what it may hold that a later gdro renames (gdro.run.migrations)
             check_held(self.dir)
-            path = ckpt_files.save_checkpoint(self.dir, step, files, meta, keep=self.ckpt.keep)
+            path = save_checkpoint(self.dir, step, files, meta, keep=self.ckpt.keep)
             if self.record is not None:
                 self.record.update(last_step=step, last_checkpoint=str(path.relative_to(self.dir)))
         self.dist.barrier()  # the checkpoint exists before any process goes on (or stops)
@@ -274,7 +274,8 @@ class Lifecycle:
     def _restore(self, ckpt: Path, trainer: Algorithm) -> int:
         """Load a checkpoint into the set-up trainer; returns its step."""
         state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
-        self.dist.check_resume(int(state["trainer"].get("world_size", 1)), ckpt)
+        state = migrated_state(state, schema_of(read_meta(ckpt)))  # what an older gdro's checkpoint lacks (migrations)
+        self.dist.check_resume(int(state["trainer"]["world_size"]), ckpt)
         trainer.load_state_dict(state)
         step = int(state["trainer"]["step"])
         meta_step = int(read_meta(ckpt)["step"])

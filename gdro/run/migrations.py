@@ -7,9 +7,12 @@ group added since whose given option behaves as gdro did before it (``group``), 
 while its switch, added with it, is at its default (``inert``: a default interpolated from another key, like
 ``reward.overlong_max_tokens: ${model.max_new_tokens}``, is no component default), a key moved to another group
 (``key``: ``old`` is read as ``new``, same value), and a value a group added since takes where the old config held a
-given value (``implied``: ``old`` and ``new`` are ``key=value``; it beats the group's ``group`` entry). A resume reads
-the old config through them (gdro.run.record.config_differences, :func:`migrated`), so such a checkpoint continues,
-and nothing else is forgiven. A ``key`` entry also makes a moved key given to today's gdro (in a preset, or
+given value (``implied``: ``old`` and ``new`` are ``key=value``; it beats the group's ``group`` entry), and a part of
+the checkpoint's state added since (``state``: ``old`` is its dotted path in the state, ``trainer.ledger``; ``new`` the
+JSON value that behaves as before, or ``0 per <key>``: a zero for each item of the sibling ``<key>``, where the part
+holds that key). A resume reads the old config through them (gdro.run.record.config_differences, :func:`migrated`)
+and the old state (gdro.run.lifecycle, :func:`migrated_state`), so such a checkpoint continues, and nothing else is
+forgiven; no loader checks for a missing part itself. A ``key`` entry also makes a moved key given to today's gdro (in a preset, or
 ``+loss.scale_rewards=``) a one-line error naming the new key (gdro.build.check_moved_keys, :func:`moved_key`).
 
 **When an entry can go:** the entries under schema ``s`` are needed while gdro resumes checkpoints of schema ``s``.
@@ -19,6 +22,7 @@ them; the table's test fails while an entry is kept that no resumable schema nee
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,7 +33,7 @@ OLDEST_RESUMABLE = 0  # the oldest schema a resume accepts; lower ones are refus
 @dataclass(frozen=True)
 class Migration:
     """One name an old checkpoint may hold: ``old`` is read as ``new`` (``kind``: target | module | group | key |
-    implied), or, for ``inert``, the key ``old`` is unread while the key ``new`` is at its default."""
+    implied | state), or, for ``inert``, the key ``old`` is unread while the key ``new`` is at its default."""
 
     kind: str
     old: str
@@ -57,6 +61,13 @@ MIGRATIONS: dict[int, tuple[Migration, ...]] = {
         Migration("group", "skip._target_", "gdro.controllers.skip.NoSkip", "#31: skip=none is the old behaviour"),
         Migration("inert", "reward.overlong_max_tokens", "reward.overlong_buffer",
                   "#37: DAPO's overlong punishment reads its L_max only with overlong_buffer > 0 (0: off, as before)"),
+        Migration("state", "trainer.world_size", "1",
+                  "FSDP2: a checkpoint records how many processes wrote it; before, one did"),
+        Migration("state", "meta.world_size", "1", "FSDP2: meta.json records it too; before, one process wrote it"),
+        Migration("state", "trainer.ledger", '{"rollouts_cum": 0, "tokens_cum": 0, "grad_groups_cum": 0}',
+                  "#31 (1): the compute ledger is checkpointed; an older run's counts start at 0"),
+        Migration("state", "trainer.classifier.streak", "0 per uids",
+                  "#31 (2): the zero-variance streak is checkpointed; an older run's restarts at 0"),
     ),
     1: (  # #50: the advantage estimator is a config group of its own, apart from the loss
         *(Migration("key", f"loss.{old}", f"advantage.{new}", "#50: the advantages are the advantage group's")
@@ -138,3 +149,21 @@ def inert_switch(key: str, schema: int = 0) -> str | None:
     """For a config key an old checkpoint lacks (``reward.overlong_max_tokens``): the key whose default leaves it
     unread (``reward.overlong_buffer``), if any."""
     return _new_for("inert", key, schema)
+
+
+def migrated_state(state: dict[str, Any], schema: int = 0) -> dict[str, Any]:
+    """An old checkpoint's state (by file: ``{"policy": ..., "trainer": ...}``), in place, with each part its schema
+    may lack (the ``state`` entries) filled in as it behaves as before; a part it holds is kept as it is."""
+    for m in applying(schema, "state"):
+        *parents, key = m.old.split(".")
+        node: Any = state
+        for part in parents:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or key in node:
+            continue
+        per = m.new.removeprefix("0 per ") if m.new.startswith("0 per ") else None
+        if per is None:
+            node[key] = json.loads(m.new)
+        elif per in node:  # a part that holds the sibling (another classifier never held either)
+            node[key] = [0] * len(node[per])
+    return state

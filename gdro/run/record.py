@@ -31,7 +31,15 @@ from gdro.run.checkpoint import (
 )
 from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
-from gdro.run.migrations import added_group, check_schema, inert_switch, migrated, renamed_target, schema_of
+from gdro.run.migrations import (
+    added_group,
+    check_schema,
+    inert_switch,
+    migrated,
+    migrated_state,
+    renamed_target,
+    schema_of,
+)
 from gdro.run.samples import SAMPLES_DIR
 from gdro.run.settings import RunSettings
 from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
@@ -69,7 +77,7 @@ def resume_point(run: RunSettings, run_dir: Path, resolved: dict[str, Any], dist
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
     try:
-        dist.check_resume(int(meta.get("world_size", 1)), ckpt)
+        dist.check_resume(int(migrated_state({"meta": dict(meta)}, schema)["meta"]["world_size"]), ckpt)
     except ValueError as err:
         raise ConfigError(str(err)) from err
     return ckpt, meta
