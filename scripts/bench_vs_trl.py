@@ -155,15 +155,15 @@ def prompt_tokens(tokenizer, problems) -> tuple[list[list[int]], list[list[int]]
 
 
 def make_reward(size: str = "tiny"):
-    """``MathVerifyReward`` with conf/reward/math-verify.yaml, built as ``gdro-train`` builds it (fresh cache); for
-    SmolLM2 with experiment=smollm2-add's ``answer_mode=number``."""
+    """``MathVerifyReward`` as ``gdro-train`` builds it (fresh cache): the reward node of the composed training
+    config, whose keys may interpolate other groups' (``reward.overlong_max_tokens: ${model.max_new_tokens}``); for
+    SmolLM2 experiment=smollm2-add's (``answer_mode=number``)."""
+    from hydra import compose, initialize_config_dir
     from hydra.utils import instantiate
-    from omegaconf import OmegaConf
 
-    cfg = OmegaConf.load(CONF / "reward" / "math-verify.yaml")
-    if size == "smollm2":
-        cfg.answer_mode = "number"
-    return instantiate(cfg)
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose("train", overrides=["experiment=smollm2-add"] if size == "smollm2" else [])
+    return instantiate(cfg.reward)
 
 
 class TRLReward:
