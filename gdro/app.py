@@ -233,6 +233,8 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from gdro.validate import ConfigError
+
     args, unknown = get_args_parser().parse_known_args(argv)
     if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or \
             args.config_path or args.config_dir or args.config_name or args.experimental_rerun:
@@ -270,7 +272,7 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
             with user_errors():
                 try:
                     check(cfg)
-                except ValueError as err:  # ConfigError: the key's other options, the sweep's job
+                except ConfigError as err:  # the key's other options, the sweep's job
                     if not multirun and not getattr(err, "key", None):
                         raise
                     choices = OmegaConf.to_container(cfg.hydra.runtime.choices)

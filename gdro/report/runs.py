@@ -261,8 +261,8 @@ def method_of(meta: dict, config: dict, overrides: list | None) -> str:
     given = [str(o) for o in overrides or []]
     if any(o.lstrip("+~").startswith("label=") for o in given):
         return key
-    settings = [o.lstrip("+") for o in given if "=" in o and o.lstrip("+").split(".", 1)[0] in SETTING_GROUPS
-                and "." in o.split("=", 1)[0]]
+    keys = [(o.lstrip("+"), o.lstrip("+").split("=", 1)[0]) for o in given if "=" in o]
+    settings = [o for o, key in keys if "." in key and key.split(".", 1)[0] in SETTING_GROUPS]
     return f"{key} [{', '.join(settings)}]" if settings else key
 
 
