@@ -14,10 +14,10 @@ import argparse
 import numpy as np
 import torch
 
+from gdro.common.rollouts import SamplingParams
 from gdro.data.synthetic import CopyTask, adjacent_repeats
 from gdro.grading.rewards import MathVerifyReward
 from gdro.models.loading import ModelSpec, load_model
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 
 

@@ -17,12 +17,12 @@ import json
 import numpy as np
 import torch
 
+from gdro.common.rollouts import SamplingParams
 from gdro.controllers.bins import make_edges, passk_from_window, raw_bins
 from gdro.controllers.difficulty import PAPER_EDGES
 from gdro.data.synthetic import CopyTask
 from gdro.grading.rewards import MathVerifyReward
 from gdro.models.loading import ModelSpec, load_model
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 
 

@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 from hydra import compose, initialize_config_dir
 
-from gdro.build import build_components
+from gdro.common.interfaces import PromptPool, StepFeedback
+from gdro.compose.build import build_components
 from gdro.controllers.allocators import FixedAllocator
-from gdro.interfaces import PromptPool, StepFeedback
 
 CONF = Path(__file__).resolve().parent.parent / "conf"
 

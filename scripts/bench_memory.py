@@ -27,10 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch, SamplingParams, expand_groups
+from gdro.data.prompts import encode_prompts
 from gdro.data.synthetic import CopyTask
 from gdro.loss import GRPOLoss
 from gdro.loss.advantages import group_advantages
-from gdro.models.prompts import encode_prompts
 from gdro.models.tiny import build_tokenizer
 from gdro.policy import (
     Forward,
@@ -39,7 +40,6 @@ from gdro.policy import (
 )
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS
 from gdro.policy.microbatch import group_micro_batches, micro_batches
-from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups
 from gdro.rollout.hf import HFGenerator
 
 QWEN3_VOCAB = 151_936

@@ -54,7 +54,7 @@ def model_dir(python: str) -> Path:
 def timed_run(python: str, args: list[str], env: dict[str, str]) -> dict:
     """One gdro-train run: seconds to ``loading model`` and to its end, and what it printed of the hub."""
     t0 = time.monotonic()
-    proc = subprocess.Popen([python, "-m", "gdro.cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([python, "-m", "gdro.cli.train", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     chosen, lines = None, []
     for line in proc.stdout:

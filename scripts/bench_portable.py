@@ -1,4 +1,4 @@
-"""The portable mode's cost in step time (GDRO_PORTABLE=1, gdro/portable.py): the same short run with gdro's defaults
+"""The portable mode's cost in step time (GDRO_PORTABLE=1, gdro/common/portable.py): the same short run with gdro's defaults
 at one thread, under GDRO_PORTABLE=1, and with gdro's defaults at torch's default threads, in turn (A B C A B C ...),
 each run's median ``time/step_s`` over its steps after the first; prints each setting's median over rounds and
 the ratios to the one-thread default.

@@ -25,6 +25,7 @@ import time
 import numpy as np
 import torch
 
+from gdro.common.rollouts import SamplingParams
 from gdro.data.synthetic import CopyTask
 from gdro.loss import GRPOLoss
 from gdro.models.loading import ModelSpec, load_model
@@ -36,7 +37,6 @@ from gdro.policy import (
 from gdro.policy.layouts import make_shared_batch, make_token_batch
 from gdro.policy.microbatch import group_micro_batches, micro_batches
 from gdro.policy.packing import make_packed_batch
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 
 LAYOUTS = {"rows": {"shared_prefix": False}, "kv": {"shared_prefix": True, "pack": False},

@@ -31,7 +31,7 @@ PHASES = ("gen", "reward", "update", "sync", "step")
 
 
 def run_one(python: str, engine: str, lora: int, steps: int, out: Path, model_dir: Path) -> dict[str, float]:
-    cmd = [python, "-m", "gdro.cli", "experiment=smollm2-add", f"rollout={engine}", f"model.lora.r={lora}",
+    cmd = [python, "-m", "gdro.cli.train", "experiment=smollm2-add", f"rollout={engine}", f"model.lora.r={lora}",
            f"steps={steps}", "eval.at_start=false", "eval.every=0", "eval.at_end=false", "checkpoint.every=0",
            "checkpoint.at_end=false", "save_final=false", "logger=jsonl", "progress=false", f"hydra.run.dir={out}"]
     if engine == "vllm":

@@ -1,4 +1,4 @@
-"""Side by side: one GRPO step of ours (``gdro.trainer.Trainer``) against TRL's ``GRPOTrainer``, same work (issue #11).
+"""Side by side: one GRPO step of ours (``gdro.algorithm.trainer.Trainer``) against TRL's ``GRPOTrainer``, same work (issue #11).
 
     .venv/bin/python -m pip install -e '.[bench]'     # TRL: a benchmark-only extra, never a runtime dependency
     .venv/bin/python scripts/bench_vs_trl.py                            # tiny and 20m, 3 repeats: ~15-25 min on 2 cores
@@ -23,7 +23,7 @@ Sizes: ``tiny``, the shipped 0.8M-parameter model (gdro/assets/tiny-copy), and `
 Qwen3 of ~20M parameters (hidden 384, 8 layers, 6 query / 2 KV heads of 64, MLP 1792, tied embeddings) with the
 same character tokenizer, saved to a temporary directory so that both trainers load it from disk.
 
-Ours: a real ``Trainer`` from ``gdro.build.build_training`` on the composed config (uniform sampler without
+Ours: a real ``Trainer`` from ``gdro.compose.build.build_training`` on the composed config (uniform sampler without
 shuffling, fixed allocator, no evaluation, checkpoints or saving); the time is the step's own ``time/step_s``
 (prompt sampling to the logged row; model loading and set-up excluded). Its split is the row's own
 (``time/gen_s``, ``time/reward_s``, ``time/ref_s`` and ``time/update_s``, which includes the reference forward and
@@ -146,7 +146,7 @@ def bench_problems(args, tokenizer):
 
 def prompt_tokens(tokenizer, problems) -> tuple[list[list[int]], list[list[int]]]:
     """(ours, TRL's) prompt token ids: ``encode_prompts`` vs TRL's ``apply_chat_template(tokenize=True)`` call."""
-    from gdro.models.prompts import encode_prompts
+    from gdro.data.prompts import encode_prompts
 
     ours = encode_prompts(tokenizer, [p.prompt for p in problems], use_chat_template=True, max_prompt_len=64)
     trl = tokenizer.apply_chat_template(conversation=[[{"role": "user", "content": p.prompt}] for p in problems],
@@ -227,7 +227,7 @@ def run_ours(path: str, args, run_dir: Path) -> dict[str, float]:
     """One step of a real trainer; its split is the trainer's own ``time/*`` keys."""
     from hydra import compose, initialize_config_dir
 
-    from gdro.build import build_training
+    from gdro.compose.build import build_training
 
     with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
         cfg = compose(config_name="train", overrides=our_overrides(path, args))

@@ -37,8 +37,8 @@ for r in $RUNS; do
     rows)   train rows   .venv/bin/gdro-train "${SHORT[@]}" optim.shared_prefix=false optim.micro_batch_size=48 steps=10 ;;
     gc)     train gc     .venv/bin/gdro-train "${SHORT[@]}" model.gradient_checkpointing=true optim.pack=false \
               sampler=uniform loss.beta_kl=0 steps=10 ;;
-    fsdp)   train fsdp2  $PY -m torch.distributed.run --standalone --nproc_per_node 2 -m gdro.cli "${FSDP[@]}"
-            train fsdp1  $PY -m gdro.cli "${FSDP[@]}" ;;
+    fsdp)   train fsdp2  $PY -m torch.distributed.run --standalone --nproc_per_node 2 -m gdro.cli.train "${FSDP[@]}"
+            train fsdp1  $PY -m gdro.cli.train "${FSDP[@]}" ;;
     eval)   rm -rf "$OUT/eval"; .venv/bin/gdro-eval eval.k=4 eval.max_problems=64 "out=$OUT/eval" \
               "hydra.run.dir=$OUT/eval" > "$OUT/eval.log" 2>&1 ;;
     *) echo "unknown run $r" >&2; exit 2 ;;

@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from hydra import compose, initialize_config_dir
 
-from gdro.build import build_components
-from gdro.evaluation.heldout import evaluate
+from gdro.algorithm.heldout import evaluate
+from gdro.compose.build import build_components
 from gdro.models.loading import load_model
 from gdro.rollout import make_engine
 

@@ -1,6 +1,6 @@
 """The portable mode's golden run: a short run under ``GDRO_PORTABLE=1`` whose every non-time metric is committed
 (tests/fixtures/golden/portable_smoke.json), so that each machine CI runs on checks that one seed gives the same
-bits there (docs/results.md, "The machine question"; gdro/portable.py).
+bits there (docs/results.md, "The machine question"; gdro/common/portable.py).
 
     python scripts/golden_portable.py --check      # run it and compare with the committed golden (status 1: differs)
     python scripts/golden_portable.py --write      # run it and (re)write the golden, e.g. after a change of results

@@ -165,7 +165,7 @@ def report_tables(summaries: Path, options: list[str], name: str = "compute.md")
     import io
     import tempfile
 
-    from gdro.report import main as report_main
+    from gdro.cli.report import main as report_main
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):

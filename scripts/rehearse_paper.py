@@ -117,12 +117,12 @@ def phase_checks(args, out: Path) -> list[str]:
     """The prompt, length, stop-token and decode checks (in this process, on the HF engine)."""
     import torch
 
+    from gdro.common.rollouts import SamplingParams
     from gdro.data.benchmarks import load_benchmark
     from gdro.data.filtering import drop_long_prompts
+    from gdro.data.prompts import format_prompt
     from gdro.grading.rewards import MathVerifyReward
     from gdro.models.loading import ModelSpec, load_model, load_tokenizer
-    from gdro.models.prompts import format_prompt
-    from gdro.rollout.base import SamplingParams
     from gdro.rollout.hf import HFGenerator
 
     spec = ModelSpec(name_or_path="qwen3-rehearsal", dtype="bfloat16", master_dtype="float32", max_prompt_len=3200,
@@ -168,7 +168,7 @@ def train_cmd(args, engine: str, procs: int, sweep: Path, presets: str = PRESETS
     py = args.vllm_python if engine == "vllm" else sys.executable
     launch = [py, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)] if procs > 1 else [py]
     subdir = [f"hydra.sweep.subdir={presets.split('=')[1]}"] if "," not in presets else []
-    cmd = [*launch, "-m", "gdro.cli", "-m", presets, *subdir, f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
+    cmd = [*launch, "-m", "gdro.cli.train", "-m", presets, *subdir, f"model={args.model}", f"rollout={engine}", f"model.max_new_tokens={args.new_tokens}",
            f"data.data_files={args.realdata / 'dapo_math_processed_sample.jsonl'}",
            f"data.test_data_files={args.realdata / 'math500.jsonl'}", f"steps={args.steps}",
            f"prompts_per_step={args.prompts}", "rollouts_per_prompt=4", "dist.shards=2", "eval.every=0",
@@ -230,7 +230,7 @@ def tokens_per_s(run: Path) -> float:
 def eval_cmd(args, checkpoint: Path, out: Path) -> list[str]:
     entries = [f"{{name:{n},data_files:'{args.realdata / f}'}}" for n, f in BENCH_FILES.items()]
     entries.append(f"{{name:gpqa_diamond,data_files:'{GPQA_FILE}'}}")
-    return [sys.executable, "-m", "gdro.evaluation.evaluator", f"model={args.model}", f"checkpoint={checkpoint}",
+    return [sys.executable, "-m", "gdro.cli.evaluate", f"model={args.model}", f"checkpoint={checkpoint}",
             f"benchmarks=[{','.join(entries)}]", "eval.k=8", f"eval.max_problems={args.eval_problems}",
             f"out={out}", f"device={args.device}", f"threads={args.threads}", f"hydra.run.dir={out}",
             f"model.max_new_tokens={args.new_tokens}"]

@@ -18,7 +18,7 @@ signal and Prompt-GDRO with eta = 2 (beyond the paper); its protocol is fixed in
 Each run's process is forked from this one after it has imported what every run imports (torch, transformers'
 Qwen3, math-verify, datasets, gdro): the run is ``gdro-train``'s own entry point with its own arguments in a fresh
 process, its output in ``<out>/<run>.log``, but it does not pay the ~7 s of imports again (a run is ~100 s).
-Where ``fork`` is unavailable, each run is a ``python -m gdro.cli`` subprocess instead.
+Where ``fork`` is unavailable, each run is a ``python -m gdro.cli.train`` subprocess instead.
 Runs that already finished (their metrics.jsonl has the last step) are skipped, so an interrupted
 reproduction resumes where it stopped.
 
@@ -215,7 +215,6 @@ def _argv(overrides: list[str], seed: int, steps: int, run_dir: Path, extra: lis
 
 def _preload() -> None:
     """Import, once, what every run imports; runs forked from this process then start without it."""
-    import gdro  # first: GDRO_PORTABLE=1 pins the CPU code paths before torch loads; gdro/portable.py)
 
     # isort: split
     import datasets  # noqa: F401
@@ -224,9 +223,9 @@ def _preload() -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
     from transformers.models.qwen3 import modeling_qwen3  # noqa: F401
 
-    import gdro.build
-    import gdro.cli
-    import gdro.trainer  # noqa: F401
+    import gdro.algorithm.trainer
+    import gdro.cli.train
+    import gdro.compose.build  # noqa: F401
 
 
 def _forked_run(argv: list[str], log_path: str) -> None:
@@ -236,13 +235,13 @@ def _forked_run(argv: list[str], log_path: str) -> None:
     os.dup2(fd, 2)
     os.close(fd)
     sys.argv = ["gdro-train", *argv]
-    from gdro.cli import train
+    from gdro.cli.train import train
 
     train()
 
 
 class Run:
-    """One run in its own process: forked from this one (``fork``), else a ``python -m gdro.cli`` subprocess."""
+    """One run in its own process: forked from this one (``fork``), else a ``python -m gdro.cli.train`` subprocess."""
 
     def __init__(self, name: str, argv: list[str], log: Path):
         self.name, self.t_start = name, time.perf_counter()
@@ -253,7 +252,7 @@ class Run:
             self.proc.start()
         else:
             with log.open("w") as fh:
-                self.proc = subprocess.Popen([sys.executable, "-m", "gdro.cli", *argv], stdout=fh,
+                self.proc = subprocess.Popen([sys.executable, "-m", "gdro.cli.train", *argv], stdout=fh,
                                              stderr=subprocess.STDOUT)
 
     def exit_code(self) -> int | None:
@@ -322,7 +321,7 @@ def main() -> None:
                   f"(elapsed {time.perf_counter() - t0:6.0f} s)", flush=True)
             if rc:
                 failed.append(run.name)
-    from gdro.report import main as report_main
+    from gdro.cli.report import main as report_main
 
     rc = report_main([str(args.out), *preset.get("report", [])])
     print(f"total elapsed {time.perf_counter() - t0:.0f} s; report in {args.out / 'report'}")

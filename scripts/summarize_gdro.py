@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gdro.run.tracking import read_metrics
+from gdro.algorithm.tracking import read_metrics
 
 BIN_KEY = re.compile(r"^gdro/(weight|share|passrate|score|rollouts)/(.+)$")
 

@@ -18,8 +18,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from gdro import cli
-from gdro.build import build_components, build_training
+from gdro.cli import train as cli
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from gdro.loss import (
     AdvantageEstimator,
     DrGRPOAdvantage,
@@ -33,7 +34,6 @@ from gdro.loss.advantage_estimators import check_group_sizes
 from gdro.loss.advantages import group_advantages, scaled_advantages
 from gdro.run import migrations
 from gdro.run.record import config_differences
-from gdro.validate import ConfigError
 from tests.conftest import FAST, compose_cfg
 
 torch.set_num_threads(1)
@@ -421,7 +421,7 @@ def test_a_checkpoint_written_before_the_move_resumes(tmp_path):
                                           ("loss.adv_eps=1e-4", "advantage.eps"),
                                           ("loss.unbiased_std=true", "advantage.unbiased_std")])
 def test_a_moved_key_on_the_command_line_names_its_new_place(old, new, monkeypatch, capsys, tmp_path):
-    from gdro import cli
+    from gdro.cli import train as cli
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     monkeypatch.setattr(sys, "argv", ["gdro-train", old, f"hydra.run.dir={tmp_path}/run"])

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gdro.common.interfaces import BinSpec, StepFeedback
 from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, RolloutGDROVariance, SqrtAllocator
-from gdro.interfaces import BinSpec, StepFeedback
 
 
 def feedback(ids: np.ndarray, bins: np.ndarray, group_index: np.ndarray, correct: np.ndarray,

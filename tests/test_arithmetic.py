@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from gdro.algorithm.heldout import format_rates
 from gdro.data.arithmetic import ADD_PROMPT, AddTask, operand_range
-from gdro.evaluation.heldout import format_rates
 from gdro.grading.answers import last_number
 from gdro.grading.rewards import MathVerifyReward
 from tests.conftest import compose_cfg

@@ -22,7 +22,7 @@ MODELS = ["qwen3-1.7b", "qwen3-4b", "qwen3-8b"]
 
 def _sweep(tmp_path: Path, sweep: Path, steps: int) -> subprocess.CompletedProcess:
     fast = [o for o in FAST if not o.startswith("steps=")]
-    cmd = [sys.executable, "-m", "gdro.cli", "-m", "hydra/launcher=submitit_local", "seed=0,1", f"steps={steps}",
+    cmd = [sys.executable, "-m", "gdro.cli.train", "-m", "hydra/launcher=submitit_local", "seed=0,1", f"steps={steps}",
            "threads=1", *fast, f"hydra.sweep.dir={sweep}"]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600)
 
@@ -76,7 +76,7 @@ def test_a_submitit_job_of_two_tasks_trains_over_two_processes(tmp_path: Path):
     """tasks_per_node=2 (on Slurm: one task per GPU): each task one process of the same FSDP run, no torchrun."""
     sweep = tmp_path / "sweep"
     fast = [o for o in FAST if not o.startswith("steps=")]
-    cmd = [sys.executable, "-m", "gdro.cli", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
+    cmd = [sys.executable, "-m", "gdro.cli.train", "-m", "hydra/launcher=submitit_local", "hydra.launcher.tasks_per_node=2",
            "seed=0", "steps=2", "threads=1", *fast, f"hydra.sweep.dir={sweep}"]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -11,8 +11,8 @@ from hydra.errors import MissingConfigException
 from hydra.utils import get_class
 from omegaconf import OmegaConf
 
-from gdro.build import GROUPS, build_components
-from gdro.validate import ConfigError
+from gdro.common.validate import ConfigError
+from gdro.compose.build import GROUPS, build_components
 from tests.conftest import CONF, REPO, compose_cfg
 
 
@@ -77,7 +77,7 @@ def test_toy_frontier_experiment_values():
 
 def test_paper_cfg_job_shows_device_precision_and_the_engines_memory(tmp_path):
     """`gdro-train experiment=paper model=qwen3-1.7b rollout=vllm --cfg job`, as a user runs it."""
-    out = subprocess.run([sys.executable, "-m", "gdro.cli", "experiment=paper", "model=qwen3-1.7b", "rollout=vllm",
+    out = subprocess.run([sys.executable, "-m", "gdro.cli.train", "experiment=paper", "model=qwen3-1.7b", "rollout=vllm",
                           "--cfg", "job"], capture_output=True, text=True, check=True, cwd=tmp_path).stdout
     cfg = OmegaConf.create(out)
     assert cfg.device == "auto"
@@ -161,7 +161,7 @@ def test_invalid_values_name_the_key(override, key):
 def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
     # the model path does not exist: if the model were loaded first, the error would be about it
     proc = subprocess.run(
-        [sys.executable, "-m", "gdro.cli", "optim.lr=-1", "model.name_or_path=nonexistent-org/nonexistent-model",
+        [sys.executable, "-m", "gdro.cli.train", "optim.lr=-1", "model.name_or_path=nonexistent-org/nonexistent-model",
          f"hydra.run.dir={tmp_path}/run"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
@@ -174,7 +174,7 @@ def test_cli_rejects_bad_value_before_loading_model(tmp_path: Path):
 
 def test_cli_prints_composed_config():
     proc = subprocess.run(
-        [sys.executable, "-m", "gdro.cli", "--cfg", "job", "sampler=uniform"],
+        [sys.executable, "-m", "gdro.cli.train", "--cfg", "job", "sampler=uniform"],
         cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr

@@ -1,7 +1,7 @@
 """Issue #39 (1): a Ctrl-C is one line and status 130 at every moment of every command.
 
 - ``gdro-eval``, ``gdro-report`` and ``gdro-rescore`` printed a 12-110-line KeyboardInterrupt traceback and died by
-  SIGINT (12/12). They now start as ``gdro-train`` does (gdro.entry: the handler before the heavy imports).
+  SIGINT (12/12). They now start as ``gdro-train`` does (gdro.cli.entry: the handler before the heavy imports).
 - ``gdro-train`` in the last ~100 ms of a run: right after the last row it died by SIGINT with no output (in the
   interpreter's teardown, where Python gives SIGINT its default action back); during the final save a Ctrl-C was
   ignored (rc 0, no output); just after it, the line said "before the run began". Each moment is reached here by
@@ -77,14 +77,14 @@ def test_a_ctrl_c_at_any_moment_of_eval_report_and_rescore_is_one_line_and_130(t
         assert lines[0].startswith(f"{prog}: stopped by Ctrl-C before it finished"), (at, lines)
 
 
-# Injected into a gdro-train process started as the console script starts it (gdro.entry.train): SIGINT to itself at
+# Injected into a gdro-train process started as the console script starts it (gdro.cli.entry.train): SIGINT to itself at
 # one point of the end of the run.
 SIGNAL_AT = """
 import atexit, os, signal, sys
 point = sys.argv.pop(1)
-import gdro.cli as cli
-from gdro import trainer as tr
-from gdro.entry import train
+import gdro.cli.train as cli
+from gdro.algorithm import trainer as tr
+from gdro.cli.entry import train
 from gdro.run import lifecycle
 
 def kill():

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from transformers import AutoTokenizer
 
+from gdro.common.interfaces import Problem
 from gdro.data.filtering import _CHUNK, drop_long_prompts, prompt_lengths
-from gdro.interfaces import Problem
-from gdro.models.prompts import encode_prompts
+from gdro.data.prompts import encode_prompts
 from gdro.models.source import TINY_DIR
 
 

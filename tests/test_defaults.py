@@ -7,7 +7,7 @@ against the YAML here, with this rule:
 
 * The *Python defaults* of a ``_target_`` are its dataclass field defaults, or the defaults of its constructor's
   signature; a constructor that takes ``**kwargs`` on behalf of a config dataclass (``MathVerifyReward(config,
-  /, **kwargs)`` → ``RewardConfig``) is described by that dataclass, as in ``gdro.validate.schema_of``.
+  /, **kwargs)`` → ``RewardConfig``) is described by that dataclass, as in ``gdro.common.validate.schema_of``.
 * The *reference option* of a target within its group is the group's default option (the ``defaults:`` list of
   ``conf/train.yaml``, read from Hydra's config choices) when that option targets it; otherwise the one option
   that targets it. Values are those of the composed config (``${rollouts_per_prompt}`` resolves against the
@@ -20,7 +20,7 @@ against the YAML here, with this rule:
   Options that share a target with the default option (``logger/jsonl``, ``model/qwen3-*``) may set other
   values: the Python default mirrors the default option only.
 * Every key of every option is a parameter of its target, and every required parameter is set by every option
-  (``gdro.validate`` checks the first at run time as well; here it is cheap and covers every option).
+  (``gdro.common.validate`` checks the first at run time as well; here it is cheap and covers every option).
 * A key whose YAML value interpolates another group's key (``overlong_max_tokens: ${model.max_new_tokens}``)
   has no single value a Python default could mirror: its Python default must be ``None`` (set from the config).
 * ``conf/eval_app.yaml`` picks the same default option as ``conf/train.yaml`` for each group both use, so "the
@@ -40,9 +40,9 @@ import pytest
 from hydra.utils import get_object
 from omegaconf import OmegaConf
 
-from gdro.build import GROUPS
-from gdro.run.settings import RunSettings
-from gdro.validate import schema_of
+from gdro.algorithm.settings import RunSettings
+from gdro.common.validate import schema_of
+from gdro.compose.build import GROUPS
 from tests.conftest import CONF, compose_cfg
 
 NOT_COMPONENT_GROUPS = {"experiment", "method", "suite", "memory", "hydra"}  # presets | table rows | eval suites | per-size deltas | Hydra launchers
@@ -157,7 +157,7 @@ ALL = [(g, o) for g in GROUPS for o in options(g)]
 # -------------------------------------------------------------------------------------------------- tests
 def test_every_config_group_is_covered():
     groups = {p.name for p in CONF.iterdir() if p.is_dir()}
-    assert groups - NOT_COMPONENT_GROUPS == set(GROUPS), "a config group this test (and gdro.build) does not know"
+    assert groups - NOT_COMPONENT_GROUPS == set(GROUPS), "a config group this test (and gdro.compose.build) does not know"
     for g, option in default_choices().items():
         assert option in options(g), f"default option {g}={option} has no conf/{g}/{option}.yaml"
 
@@ -193,7 +193,7 @@ def test_python_defaults_equal_the_reference_option(group, target):
 
 
 @pytest.mark.parametrize(("key", "target"), [("checkpoint", "gdro.run.checkpoint.CheckpointConfig"),
-                                           ("dist", "gdro.distributed.DistConfig"), ("lock", "gdro.run.lock.LockConfig")])
+                                           ("dist", "gdro.parallel.distributed.DistConfig"), ("lock", "gdro.run.lock.LockConfig")])
 def test_train_yaml_nodes_defaults_equal_their_dataclass(key, target):
     """The nodes conf/train.yaml sets itself (not groups): their keys and values are their dataclass's defaults."""
     cls = get_object(target)

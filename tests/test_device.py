@@ -8,11 +8,11 @@ import pytest
 import torch
 from hydra import compose, initialize_config_dir
 
-from gdro.build import build_components, build_training
-from gdro.evaluation.evaluator import build_plan
+from gdro.algorithm.settings import RunSettings
+from gdro.cli.evaluate import build_plan
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from gdro.models.loading import process_device, resolve_device
-from gdro.run.settings import RunSettings
-from gdro.validate import ConfigError
 from tests.conftest import CONF, FAST, compose_cfg
 
 CUDA = torch.cuda.is_available()

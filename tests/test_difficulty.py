@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gdro.common.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.controllers.bins import hysteresis_bins, make_edges, passk_from_window, raw_bins
 from gdro.controllers.difficulty import ROUND_DECIMALS, OnlineDifficultyClassifier
 from gdro.grading.passk import pass_at_k
-from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.run.migrations import migrated_state
 
 PAPER = make_edges([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], None)
@@ -386,7 +386,7 @@ def test_bind_update_and_load_validation_names_the_key():
 def test_batch_bins_are_logged_for_every_sampler():
     """After update(): the step's batch share per bin (as classified before the step) and its mean pass-rate bin
     over the prompts already seen; nothing about a batch before any update."""
-    from gdro.interfaces import StepFeedback
+    from gdro.common.interfaces import StepFeedback
 
     c = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
     c.bind(pool("a", "b", "c", "d"))
@@ -429,7 +429,7 @@ def test_batch_mechanism_counts_groups_with_gradient_and_the_realised_weighted_s
 
 
 def test_the_classifier_logs_the_batch_mechanism_after_each_step():
-    from gdro.interfaces import StepFeedback
+    from gdro.common.interfaces import StepFeedback
 
     c = OnlineDifficultyClassifier(edges=[0.5], unseen="separate", window=2)
     c.bind(pool("a", "b"))

@@ -1,4 +1,4 @@
-"""Training across processes (gdro.distributed): FSDP2 on the gloo backend with 2 CPU processes, against 1 process.
+"""Training across processes (gdro.parallel.distributed): FSDP2 on the gloo backend with 2 CPU processes, against 1 process.
 
 A one-process run with ``dist.shards=2`` generates the step's two shards in turn with the shards' own seeds, so it
 samples what two processes sample; the two runs must then agree on everything the controllers do (prompts, bins,
@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.distributed import DistConfig, shard_groups
-from gdro.rollout.base import RolloutBatch, concat_rollouts
+from gdro.common.rollouts import RolloutBatch, concat_rollouts
+from gdro.parallel.distributed import DistConfig, shard_groups
 from tests.conftest import FAST, REPO
 
 PARAM_ATOL = 1e-6  # measured: 1.2e-7 after 3 steps (the parameters themselves move by ~6e-5)
@@ -68,7 +68,7 @@ COMMON = [o for o in FAST if not o.startswith(("steps=", "save_final="))] + [
 def _train(run_dir: Path, steps: int, procs: int, cwd: Path) -> subprocess.CompletedProcess:
     launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
               if procs > 1 else [sys.executable])
-    cmd = [*launch, "-m", "gdro.cli", *COMMON, f"steps={steps}", f"hydra.run.dir={run_dir}"]
+    cmd = [*launch, "-m", "gdro.cli.train", *COMMON, f"steps={steps}", f"hydra.run.dir={run_dir}"]
     return subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
@@ -134,7 +134,7 @@ def test_two_gloo_processes_match_one_process(tmp_path: Path):
 
 def test_the_one_process_strategy_does_nothing():
     """Dist is the one-process form of the strategy: collectives are identities, decisions the plain ones."""
-    from gdro.distributed import Dist
+    from gdro.parallel.distributed import Dist
 
     d, x = Dist(), np.arange(3.0)
     assert d.all_gather_object("a") == ["a"] and d.broadcast_object(1) == 1 and d.sum_array(x) is x

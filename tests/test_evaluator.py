@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from gdro.cli.evaluate import build_plan, run_eval
+from gdro.common.validate import ConfigError
 from gdro.data.paper import DapoMath
-from gdro.evaluation.evaluator import build_plan, run_eval
-from gdro.validate import ConfigError
 from tests.conftest import CONF, REPO
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "benchmarks"
@@ -84,7 +84,7 @@ def test_paper_suite_on_fixtures(tmp_path):
     assert md.count("\n") == 2 + len(PAPER_FILES) + 2  # header, rule, 7 benchmarks, aime average, pooled
     assert "aime (avg 2024, 2025)" in md
     # every completion and its verdict is kept, and gdro-rescore reads it back to the same figures without a model
-    from gdro.evaluation.rescore import rescore
+    from gdro.cli.rescore import rescore
 
     samples = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == metrics["eval/n_problems"] and {"uid", "completion", "correct"} <= set(samples[0])
@@ -138,7 +138,7 @@ def test_dapo_math_on_fixtures(tmp_path):
 @pytest.mark.slow
 def test_cli_cfg_job():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    res = subprocess.run([sys.executable, "-m", "gdro.evaluation.evaluator", "--cfg", "job", "benchmarks=paper"],
+    res = subprocess.run([sys.executable, "-m", "gdro.cli.evaluate", "--cfg", "job", "benchmarks=paper"],
                          check=False, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "gpqa_diamond" in res.stdout and "checkpoint: null" in res.stdout

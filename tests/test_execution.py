@@ -1,4 +1,4 @@
-"""gdro.execution.Execution: what the trainer asks of the execution layer. The rows a process scores and trains on
+"""gdro.algorithm.execution.Execution: what the trainer asks of the execution layer. The rows a process scores and trains on
 are those of the last generation round it drew; another batch (a filter's kept or joined groups) has them only in one
 process."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.distributed import Dist
-from gdro.execution import Execution
+from gdro.algorithm.execution import Execution
+from gdro.parallel.distributed import Dist
 from gdro.policy import Forward
 
 

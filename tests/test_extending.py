@@ -19,10 +19,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
-from gdro.build import build_components, build_training
-from gdro.interfaces import BinSpec, DifficultyClassifier, RolloutAllocator, StepFeedback
-from gdro.run.tracking import read_metrics
-from gdro.validate import ConfigError
+from gdro.algorithm.tracking import read_metrics
+from gdro.common.interfaces import BinSpec, DifficultyClassifier, RolloutAllocator, StepFeedback
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from tests.conftest import CONF, FAST, REPO
 from tests.test_defaults import disagreements
 from tests.test_protocols import conforms

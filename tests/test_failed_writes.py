@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from gdro.run.ioerrors import EXIT_IO_ERROR
-from gdro.run.tracking import LoggerConfig, RunLogger
+from gdro.algorithm.tracking import LoggerConfig, RunLogger
+from gdro.common.ioerrors import EXIT_IO_ERROR
 from tests.test_resume import REPO, _env
 
 # 1-2 steps of the tiny model, no evaluation and no training checkpoint: the only writes are the run's records,
@@ -36,8 +36,8 @@ ARGS = ["logger=jsonl", "prompts_per_step=8", "rollouts_per_prompt=4", "progress
 BREAK_A_WRITE = """
 import os, subprocess, sys
 from pathlib import Path
-import gdro.run.tracking as tk
-import gdro.trainer as tr
+import gdro.algorithm.tracking as tk
+import gdro.algorithm.trainer as tr
 from tests.fill_disk import fill
 how, at = sys.argv.pop(1), int(sys.argv.pop(1))
 log, save = tk.RunLogger.log, tr.Trainer.save
@@ -54,7 +54,7 @@ def broken_save(self, path):
     if how == "NOCONFIG":  # a save that ends without its config (seen once on a GPU, cause unknown: docs/gpu.md)
         (Path(path) / "config.json").unlink()
 tk.RunLogger.log, tr.Trainer.save = broken_log, broken_save
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """

@@ -1,4 +1,4 @@
-"""filter=dynamic (DAPO dynamic sampling, gdro/filters.py): it always terminates, keeps whole groups with signal up to
+"""filter=dynamic (DAPO dynamic sampling, gdro/algorithm/filters.py): it always terminates, keeps whole groups with signal up to
 the target, and the compute ledger counts every generated rollout exactly; it composes with every sampler and
 allocator on the tiny model."""
 
@@ -7,12 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.build import build_components, build_training
+from gdro.algorithm.filters import Drawn, DynamicSampling, NoFilter, concat_drawn
+from gdro.common.interfaces import RewardBatch
+from gdro.common.rollouts import RolloutBatch
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from gdro.controllers.ledger import ComputeLedger
-from gdro.filters import Drawn, DynamicSampling, NoFilter, concat_drawn
-from gdro.interfaces import RewardBatch
-from gdro.rollout.base import RolloutBatch
-from gdro.validate import ConfigError
 from tests.conftest import FAST, compose_cfg
 
 
@@ -129,11 +129,11 @@ def test_a_reward_that_is_always_0_is_warned_once_not_every_step(tmp_path, caplo
     do; the later ones do not repeat it (their rows still say filter/kept_groups=0)."""
     cfg = compose_cfg([*FAST, "filter=dynamic", "filter.max_rounds=2", "model.max_new_tokens=1", "steps=3",
                        "data.train_size=16"])
-    with caplog.at_level("WARNING", logger="gdro.filters"):
+    with caplog.at_level("WARNING", logger="gdro.algorithm.filters"):
         rows = [r for r in build_training(cfg, tmp_path / "run").fit() if r.get("step")]
     assert [(r["reward/mean"], r["reward/std"], r["filter/rounds"], r["filter/kept_groups"]) for r in rows] == \
         [(0.0, 0.0, 2.0, 0.0)] * 3
-    said = [rec for rec in caplog.records if rec.name == "gdro.filters"]
+    said = [rec for rec in caplog.records if rec.name == "gdro.algorithm.filters"]
     assert len(said) == 1 and said[0].levelname == "WARNING", [rec.getMessage() for rec in said]
     text = said[0].getMessage()
     assert text.startswith("filter=dynamic: none of a step's 2 rounds (filter.max_rounds) held a group with signal "
@@ -177,7 +177,7 @@ def test_dynamic_sampling_under_two_processes_is_refused_in_one_line(tmp_path):
     from tests.conftest import REPO
 
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "gdro.cli", "experiment=smoke", "filter=dynamic", "steps=1", "prompts_per_step=8",
+                          "-m", "gdro.cli.train", "experiment=smoke", "filter=dynamic", "steps=1", "prompts_per_step=8",
                           "progress=false", "threads=1", "logger=jsonl", f"hydra.run.dir={tmp_path / 'r'}"],
                          cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled"},
                          capture_output=True, text=True, timeout=600, check=False)

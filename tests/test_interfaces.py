@@ -1,4 +1,4 @@
-"""The typed seams of gdro/interfaces.py: PromptPool, BinSpec and StepFeedback validation, and every shipped
+"""The typed seams of gdro/common/interfaces.py: PromptPool, BinSpec and StepFeedback validation, and every shipped
 controller an instance of its runtime-checkable Protocol (tests/test_protocols.py checks the ``conf/`` options'
 signatures as well)."""
 
@@ -9,11 +9,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
-from gdro.controllers.difficulty import OnlineDifficultyClassifier
-from gdro.controllers.oracle import OracleLevelSampler
-from gdro.controllers.samplers import PromptGDRO, UniformSampler
-from gdro.interfaces import (
+from gdro.common.interfaces import (
     SIGNALS,
     BinSpec,
     DifficultyClassifier,
@@ -22,6 +18,10 @@ from gdro.interfaces import (
     RolloutAllocator,
     StepFeedback,
 )
+from gdro.controllers.allocators import FixedAllocator, RolloutGDRO, SqrtAllocator
+from gdro.controllers.difficulty import OnlineDifficultyClassifier
+from gdro.controllers.oracle import OracleLevelSampler
+from gdro.controllers.samplers import PromptGDRO, UniformSampler
 
 FIELDS = ("ids", "bins", "n", "group_index", "correct", "pg_loss", "kl")
 

@@ -1,6 +1,6 @@
 """Every invalid config value is rejected before any model or dataset loads, in one line naming the key, exit 2.
 
-Most cases run the real ``gdro-train`` entry point (``gdro.cli:train``) in-process with a real command line
+Most cases run the real ``gdro-train`` entry point (``gdro.cli.train:train``) in-process with a real command line
 (``sys.argv``); a few run it as a subprocess, exactly as a user would. The run dir must never be created: Hydra
 creates it before the job starts, so its absence shows that nothing — model, data, logger — was touched.
 """
@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 from omegaconf import DictConfig
 
-from gdro import cli
-from gdro.build import build_components
-from gdro.evaluation import evaluator
+from gdro.cli import evaluate as evaluator
+from gdro.cli import train as cli
+from gdro.common.validate import ConfigError, Schema, check_values, node_schema, schema_of
+from gdro.compose.build import build_components
 from gdro.grading.reward_config import RewardConfig
-from gdro.validate import ConfigError, Schema, check_values, node_schema, schema_of
 from tests.conftest import REPO, compose_cfg
 
 # Put before each case's overrides (the last value of a key wins): quiet, and a model that cannot load, so that a
@@ -192,7 +192,7 @@ def test_full_error_env_keeps_the_traceback(monkeypatch):
 # ------------------------------------------------------------------------- the validator on composed configs
 def test_every_group_has_a_typed_schema():
     cfg = compose_cfg()
-    from gdro.run.samples import SampleConfig
+    from gdro.algorithm.samples import SampleConfig
 
     for group in cfg:
         node = cfg[group]
@@ -257,7 +257,7 @@ SUBPROCESS = [
 def test_console_script_exits_2_with_one_line(tmp_path: Path):
     procs = []
     for i, (override, _) in enumerate(SUBPROCESS):  # started together: each pays the interpreter start-up once
-        cmd = [sys.executable, "-m", "gdro.cli", *QUIET, override, f"hydra.run.dir={tmp_path}/run{i}"]
+        cmd = [sys.executable, "-m", "gdro.cli.train", *QUIET, override, f"hydra.run.dir={tmp_path}/run{i}"]
         procs.append(subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                       env={k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}))
     for i, ((override, named), proc) in enumerate(zip(SUBPROCESS, procs)):

@@ -180,8 +180,8 @@ def test_deterministic():
 # ------------------------------------------------------------------------------------------------ allocator=knapsack
 def _history(unseen_p: float = 0.5):
     """A classifier over 6 prompts: 0..3 seen (1/4, 2/4, 4/4, 0/4 correct), 4 and 5 never seen."""
+    from gdro.common.interfaces import PromptPool
     from gdro.controllers.difficulty import OnlineDifficultyClassifier
-    from gdro.interfaces import PromptPool
 
     clf = OnlineDifficultyClassifier(unseen_p=unseen_p)
     clf.bind(PromptPool(tuple(f"p{i}" for i in range(6))))
@@ -223,9 +223,9 @@ def test_unseen_fixed_pins_never_seen_prompts_at_the_mean():
 
 
 def test_the_budget_is_exact_at_every_step_of_a_toy_history():
+    from gdro.common.interfaces import PromptPool
     from gdro.controllers.allocators import KnapsackAllocator
     from gdro.controllers.difficulty import OnlineDifficultyClassifier
-    from gdro.interfaces import PromptPool
 
     rng = np.random.default_rng(0)
     true_p = rng.random(20)

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gdro.cli.report import main
 from gdro.controllers.ledger import ComputeLedger, mixed_groups
-from gdro.report import find_runs, main
+from gdro.report import find_runs
 from gdro.report.compute import (
     area,
     compute_comparison,

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdro import cli
-from gdro.build import build_components, make_policy
-from gdro.distributed import Dist
+from gdro.algorithm.tracking import read_metrics
+from gdro.cli import train as cli
+from gdro.common.rollouts import SamplingParams
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, make_policy
 from gdro.models.loading import ModelSpec, load_model
 from gdro.models.lora import BaseView, LoraSpec, adapters_off, merged_state_dict, reference_model
-from gdro.rollout.base import SamplingParams
+from gdro.parallel.distributed import Dist
 from gdro.rollout.hf import HFEngineConfig, HFGenerator
 from gdro.run.record import config_differences
-from gdro.run.tracking import read_metrics
-from gdro.validate import ConfigError
 from tests.conftest import FAST, REPO, compose_cfg
 from tests.test_resume import _env
 from tests.test_user_errors import _main
@@ -175,7 +175,7 @@ CLI = ["experiment=smoke", "eval.at_end=false", "eval.every=0", "model.lora.r=4"
 
 
 def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "gdro.cli", *CLI, f"hydra.run.dir={run_dir}", *extra], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "gdro.cli.train", *CLI, f"hydra.run.dir={run_dir}", *extra], cwd=REPO,
                          env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -211,7 +211,7 @@ def test_a_lora_run_trains_saves_and_resumes_exactly(tmp_path):
 @pytest.mark.slow
 def test_lora_under_two_processes_is_refused_in_one_line(tmp_path):
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "gdro.cli", *CLI, "steps=1", "prompts_per_step=8", f"hydra.run.dir={tmp_path / 'r'}"],
+                          "-m", "gdro.cli.train", *CLI, "steps=1", "prompts_per_step=8", f"hydra.run.dir={tmp_path / 'r'}"],
                          cwd=REPO, env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode != 0
     lines = [x for x in out.stderr.splitlines() if "model.lora.r=4 with 2 processes" in x]

@@ -16,18 +16,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from gdro.algorithm.tracking import read_metrics
 from gdro.models.loading import ModelSpec, load_model
-from gdro.models.lora import LoraSpec
+from gdro.models.lora import AdapterBaseChanged, LoraSpec
+from gdro.models.lora_state import BASE_REF, is_adapter_key, lean_policy_state, state_digest
 from gdro.models.source import TINY_DIR
 from gdro.run.checkpoint import (
     FORMAT_VERSION,
     LEAN_FORMAT_VERSION,
-    CheckpointError,
     load_checkpoint,
     save_checkpoint,
 )
-from gdro.run.checkpoint_lora import BASE_REF, is_adapter_key, lean_policy_state, state_digest
-from gdro.run.tracking import read_metrics
 from tests.conftest import REPO
 from tests.test_resume import _env
 
@@ -80,7 +79,7 @@ def test_a_changed_base_is_refused_in_one_line_naming_the_checkpoint():
     other = _trained_lora()
     with torch.no_grad():
         next(p for n, p in other.named_parameters() if not is_adapter_key(n)).add_(1e-3)
-    with pytest.raises(CheckpointError) as err:
+    with pytest.raises(AdapterBaseChanged) as err:
         other.load_state_dict(dict(lean))
     line = str(err.value)
     assert "\n" not in line and line.startswith("/runs/r/checkpoints/step_000002: the base weights changed")
@@ -120,7 +119,7 @@ def test_lora_says_once_what_it_trains(caplog):
 # whole runs (gdro-train processes)
 # ---------------------------------------------------------------------------------------------------------------
 def _train(run_dir: Path, *extra: str, ok: bool = True) -> subprocess.CompletedProcess:
-    out = subprocess.run([sys.executable, "-m", "gdro.cli", *CLI, f"hydra.run.dir={run_dir}", *extra], cwd=REPO,
+    out = subprocess.run([sys.executable, "-m", "gdro.cli.train", *CLI, f"hydra.run.dir={run_dir}", *extra], cwd=REPO,
                          env=_env(), capture_output=True, text=True, timeout=600, check=False)
     if ok:
         assert out.returncode == 0, out.stderr[-3000:]

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from gdro.common.rollouts import SamplingParams
 from gdro.loss import (
     AGG_MODES,
     BatchCounts,
@@ -36,7 +37,6 @@ from gdro.loss import (
 from gdro.loss.advantages import group_advantages
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import Forward, OptimConfig, ppo_update
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 from tests.conftest import REPO
 
@@ -428,7 +428,7 @@ def test_each_loss_trains_with_rollout_gdro(loss: str, tmp_path: Path):
     overrides = ["experiment=smoke", f"loss={loss}", "allocator=rollout-gdro", "optim.mini_batches=2",
                  "data.train_size=8", "allocator.eta=5", "progress=false", "eval.at_start=false",
                  "eval.at_end=false", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.run([sys.executable, "-m", "gdro.cli", *overrides], cwd=REPO, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "gdro.cli.train", *overrides], cwd=REPO, capture_output=True, text=True,
                           timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]

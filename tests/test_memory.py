@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from gdro.common.rollouts import RolloutBatch
 from gdro.loss import GRPOLoss
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import (
@@ -26,7 +27,6 @@ from gdro.policy import (
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS, _token_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.policy.microbatch import micro_batches
-from gdro.rollout.base import RolloutBatch
 from tests.conftest import REPO
 
 QWEN3_VOCAB = 151_936

@@ -10,7 +10,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from gdro import cli
+from gdro.cli import train as cli
 from gdro.report.names import BASELINE, display_name
 from gdro.report.runs import method_of
 from gdro.run import sweep_record
@@ -196,7 +196,7 @@ def test_methods_are_documented_where_users_look():
 def test_a_method_sweep_is_a_report_with_its_rows_named(monkeypatch, tmp_path):
     """The issue's acceptance, small: ``gdro-train -m experiment=toy-paper-regime method=grpo,rgdro-frozen seed=0``
     runs both rows, and ``gdro-report`` on its sweep dir names both by their method."""
-    from gdro.report import main as report_main
+    from gdro.cli.report import main as report_main
 
     sweep = tmp_path / "sweep"
     monkeypatch.setattr(sys, "argv", ["gdro-train", "-m", "experiment=toy-paper-regime", "method=grpo,rgdro-frozen",

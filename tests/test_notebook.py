@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from gdro.build import build_training
-from gdro.report import main as report_main
+from gdro.cli.report import main as report_main
+from gdro.compose.build import build_training
 from tests.conftest import FAST, REPO, compose_cfg
 from tests.test_report_presets import make_sweep
 

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 import huggingface_hub.constants as hub_constants
 import pytest
 
+from gdro.algorithm.tracking import read_metrics
 from gdro.models import source
 from gdro.models.loading import ModelSpec
 from gdro.models.source import TINY_DIR, hub_unreachable, model_path, model_provenance
-from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO
 
 HUB_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -129,7 +129,7 @@ def test_gdro_train_without_a_hub_starts_from_the_fallback_without_retries(tmp_p
     env |= {"PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
             "HF_HUB_CACHE": str(tmp_path / "hub")}
     run = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-m", "gdro.cli", *FAST, "steps=1", "threads=1", f"model.name_or_path={HUB_ID}",
+    out = subprocess.run([sys.executable, "-m", "gdro.cli.train", *FAST, "steps=1", "threads=1", f"model.name_or_path={HUB_ID}",
                           f"model.fallback={TINY_DIR}", f"hydra.run.dir={run}"], cwd=REPO, env=env,
                          capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-3000:]

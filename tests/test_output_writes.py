@@ -5,7 +5,7 @@ Before: gdro-report said "No space left on device (ENOSPC)" and no path, leaving
 gdro-rescore said "[Errno 28] No space left on device", status 2, leaving a cut-short ``--out`` (or "[Errno 30]
 Read-only file system: ...", status 2); gdro-eval wrote ``eval.json`` first, so a full disk left it beside a 0-byte
 ``samples.jsonl``, and a run dir on a full disk was Hydra's traceback (status 1) from its ``.hydra/config.yaml``.
-Each file is now written whole or not at all (gdro.run.ioerrors.atomic_write: a temporary file beside it, then
+Each file is now written whole or not at all (gdro.common.ioerrors.atomic_write: a temporary file beside it, then
 ``os.replace``), and ``eval.json`` is written last, so that it is there only when the evaluation finished.
 
 The real commands run on real failures: ``/dev/full`` (a link to it, or named as ``--out``), a small tmpfs that is
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from gdro.run.ioerrors import EXIT_IO_ERROR, atomic_write, atomic_write_text
+from gdro.common.ioerrors import EXIT_IO_ERROR, atomic_write, atomic_write_text
 from tests.test_failed_writes import _namespaces_work
 from tests.test_report import make_run
 from tests.test_resume import REPO, _env
@@ -137,7 +137,7 @@ def test_a_file_where_the_directory_should_be_is_named(tmp_path):
 def test_eval_json_is_written_last_and_an_earlier_one_goes_first(tmp_path):
     """gdro-eval's results: an earlier evaluation's eval.json goes before the new files are written, so a failure
     midway (here eval.md: a link to /dev/full) leaves no eval.json beside newer files; eval.json comes last."""
-    from gdro.evaluation.evaluator import write_results
+    from gdro.cli.evaluate import write_results
 
     (tmp_path / "eval.json").write_text('{"old": true}')
     (tmp_path / "eval.md").symlink_to("/dev/full")

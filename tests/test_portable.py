@@ -1,4 +1,4 @@
-"""The portable CPU mode (GDRO_PORTABLE=1, gdro/portable.py): the golden run's bits on this machine, and its refusals."""
+"""The portable CPU mode (GDRO_PORTABLE=1, gdro/common/portable.py): the golden run's bits on this machine, and its refusals."""
 
 from __future__ import annotations
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from gdro.build import build_training
+from gdro.common.rollouts import SamplingParams
+from gdro.compose.build import build_training
 from gdro.models.loading import ModelSpec, autocast_context, compute_dtype, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
-from gdro.rollout.base import SamplingParams
 from tests.conftest import FAST, compose_cfg
 
 BF16 = ["model.dtype=bfloat16", "optim.lr=1e-6", "optim.warmup_steps=0", "steps=1"]

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gdro.common.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.controllers.bandit import bin_means, ema, exp_weights, mixed_distribution
 from gdro.controllers.samplers import PromptGDRO, UniformSampler
-from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 
 SCORES = st.lists(st.floats(-50, 50, allow_nan=False), min_size=1, max_size=12).map(np.array)
 ETA = st.floats(0.01, 5.0)

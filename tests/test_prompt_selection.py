@@ -8,6 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from gdro.algorithm.tracking import read_metrics
+from gdro.common.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.controllers.prompt_selection import (
     LearnabilitySampler,
     MoPPSSampler,
@@ -18,8 +20,6 @@ from gdro.controllers.prompt_selection import (
     thompson_distance,
 )
 from gdro.controllers.skip import PreRolloutSkip
-from gdro.interfaces import BinSpec, PromptPool, StepFeedback
-from gdro.run.tracking import read_metrics
 from tests.test_resume import _comparable, _fit
 
 BINS = BinSpec(("all",), 1)

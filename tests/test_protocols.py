@@ -1,4 +1,4 @@
-"""Every ``_target_`` in ``conf/`` satisfies its group's Protocol (gdro/interfaces.py, gdro/rollout/base.py,
+"""Every ``_target_`` in ``conf/`` satisfies its group's Protocol (gdro/common/interfaces.py, gdro/common/rollouts.py,
 gdro/loss/base.py).
 
 ``isinstance`` with a ``runtime_checkable`` Protocol only checks that the members exist; ``conforms`` also checks
@@ -14,9 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gdro.build import build_components
-from gdro.grading.golds import GoldTable
-from gdro.interfaces import (
+from gdro.algorithm.tracking import RunLogger
+from gdro.common.interfaces import (
     DifficultyClassifier,
     MetricLogger,
     ProblemSource,
@@ -25,11 +24,12 @@ from gdro.interfaces import (
     RewardBatch,
     RolloutAllocator,
 )
+from gdro.common.rollouts import Generator
+from gdro.compose.build import build_components
+from gdro.grading.golds import GoldTable
 from gdro.loss import Loss
 from gdro.models.loading import load_model
-from gdro.rollout.base import Generator
 from gdro.rollout.factory import make_engine
-from gdro.run.tracking import RunLogger
 from tests.conftest import CONF, compose_cfg
 
 PROTOCOLS = {"sampler": PromptSampler, "allocator": RolloutAllocator, "classifier": DifficultyClassifier,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from gdro.algorithm.tracking import read_metrics
 from gdro.models.loading import ModelSpec, load_model
-from gdro.run.tracking import read_metrics
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,7 @@ def smollm2() -> Path:
     return Path(out.stdout.strip().splitlines()[-1])
 
 
-def _run(model_dir: Path, *args: str, module: str = "gdro.cli", timeout: int = 1200) -> subprocess.CompletedProcess:
+def _run(model_dir: Path, *args: str, module: str = "gdro.cli.train", timeout: int = 1200) -> subprocess.CompletedProcess:
     out = subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, env=_env(model_dir), capture_output=True,
                          text=True, timeout=timeout, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -87,13 +87,13 @@ def test_train_resume_eval_and_rescore_on_real_weights(smollm2, tmp_path):
     out = tmp_path / "eval"
     _run(smollm2, "model=smollm2-135m", f"checkpoint={final}", "eval.k=2", "eval.max_problems=2", "threads=2",
          f"benchmarks=[{{name: math500, data_files: {REALDATA / 'math500.jsonl'}}}]", f"out={out}",
-         f"hydra.run.dir={out}", module="gdro.evaluation.evaluator")
+         f"hydra.run.dir={out}", module="gdro.cli.evaluate")
     result = json.loads((out / "eval.json").read_text())
     assert result["metrics"]["eval/math500/n_problems"] == 2.0
     samples = [json.loads(x) for x in (out / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 4
     res = _run(smollm2, "--benchmark", f"math500={REALDATA / 'math500.jsonl'}", str(out / "samples.jsonl"),
-               "--out", str(tmp_path / "rescored.jsonl"), module="gdro.evaluation.rescore")
+               "--out", str(tmp_path / "rescored.jsonl"), module="gdro.cli.rescore")
     rescored = [json.loads(x) for x in (tmp_path / "rescored.jsonl").read_text().splitlines()]
     assert len(rescored) == 4 and res.stdout.strip()
     by_id = {(s["uid"], s["sample"]): s["correct"] for s in samples}
@@ -162,7 +162,7 @@ def test_no_hub_and_no_hf_hub_offline_starts_from_the_built_copy_without_retries
     env = {k: v for k, v in _env(smollm2).items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env["HF_ENDPOINT"] = f"http://127.0.0.1:{port}"
     run = tmp_path / "run"
-    out = subprocess.run([sys.executable, "-m", "gdro.cli", *CLI, "steps=1", "save_final=false", f"hydra.run.dir={run}"],
+    out = subprocess.run([sys.executable, "-m", "gdro.cli.train", *CLI, "steps=1", "save_final=false", f"hydra.run.dir={run}"],
                          cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     said = out.stdout + out.stderr
@@ -175,7 +175,7 @@ def test_no_hub_and_no_hf_hub_offline_starts_from_the_built_copy_without_retries
 def test_two_processes_fsdp2_with_tied_embeddings(smollm2, tmp_path):
     run = tmp_path / "fsdp"
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                          "-m", "gdro.cli", *CLI, "steps=1", "save_final=true", f"hydra.run.dir={run}"], cwd=REPO,
+                          "-m", "gdro.cli.train", *CLI, "steps=1", "save_final=true", f"hydra.run.dir={run}"], cwd=REPO,
                          env=_env(smollm2), capture_output=True, text=True, timeout=1200, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     meta = json.loads((run / "run.json").read_text())

@@ -227,7 +227,7 @@ def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(
         assert joined.score(texts, [gold] * 4, [True] * 4).correct.tolist() == [False] * 4  # training: last box
         assert joined.for_eval().score(texts, [gold] * 4, [True] * 4).correct.tolist() == expected, file
     # gdro-rescore's scorer is the reward's evaluation form: a reward built with the key joins there too
-    from gdro.evaluation.rescore import rescore
+    from gdro.cli.rescore import rescore
 
     problems, _ = load("olympiadbench.jsonl")
     (p,) = [p for p in problems if p.answer == "(1,1), (3,2)"]
@@ -237,7 +237,7 @@ def test_several_boxes_for_golds_of_several_items_join_in_evaluation_on_request(
     assert rescore(str(comp), bench)["olympiadbench"]["mean"] == 0.0
     assert rescore(str(comp), bench, reward=MathVerifyReward(eval_boxes="join"))["olympiadbench"]["mean"] == 100.0
     # and on the command line: gdro-rescore --boxes join
-    from gdro.evaluation.rescore import main as rescore_main
+    from gdro.cli.rescore import main as rescore_main
 
     for boxes, verdict in (("last", False), ("join", True)):
         out = tmp_path / f"verdicts-{boxes}.jsonl"
@@ -380,7 +380,7 @@ def test_the_loader_reads_every_real_box_as_its_former_extractor_did():
 def _rescore(args: list[str], capsys) -> subprocess.CompletedProcess:
     """gdro-rescore's own ``main`` in this process (its exit status, stdout and stderr); tests/test_rescore_cli.py runs
     the command itself."""
-    from gdro.evaluation.rescore import main
+    from gdro.cli.rescore import main
 
     try:
         code = main(args)

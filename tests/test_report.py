@@ -11,7 +11,8 @@ import pytest
 from scipy import stats
 
 from gdro import report
-from gdro.report import aggregate, bin_sort_key, find_runs, main, make_figures, mean_ci, t975, write_table
+from gdro.cli.report import main
+from gdro.report import aggregate, bin_sort_key, find_runs, make_figures, mean_ci, t975, write_table
 
 TARGETS = {
     "uniform": "gdro.controllers.samplers.UniformSampler",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gdro.report import find_runs, main
+from gdro.cli.report import main
+from gdro.report import find_runs
 from gdro.report.presets import TAIL_LEVELS, choose_tail_levels, preset_tail_levels, sweep_experiment
 from gdro.report.sweep_dir import SweepDirError, caller_dir, load_sweep, resolve_sweep_dir
 from tests.conftest import REPO

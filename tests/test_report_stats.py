@@ -16,7 +16,7 @@ from rliable import metrics
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from gdro.report import main
+from gdro.cli.report import main
 from gdro.report.compute import compute_comparison
 from gdro.report.runs import find_runs
 from gdro.report.stats import (

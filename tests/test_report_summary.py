@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 
-import gdro.report
-from gdro.report import load_summaries, main, scan_runs, summarize, write_summaries
+import gdro.cli.report
+from gdro.cli.report import main
+from gdro.report import load_summaries, scan_runs, summarize, write_summaries
 from gdro.report.paper_table import COLUMNS
 from gdro.report.summary import METRIC_KEYS, SCHEMA, metrics_rows
 from tests.conftest import REPO
@@ -69,9 +70,9 @@ def rich(tmp_path: Path) -> Path:
 @pytest.fixture
 def no_figures(monkeypatch):
     """The tables alone: the figures (most of a report's time) are compared by the slow tests."""
-    monkeypatch.setattr(gdro.report, "make_figures", lambda runs, out: [])
-    monkeypatch.setattr(gdro.report, "fig_compute_curves", lambda *a: False)
-    monkeypatch.setattr(gdro.report, "write_paper_figures", lambda runs, out: (None, [], []))
+    monkeypatch.setattr(gdro.cli.report, "make_figures", lambda runs, out: [])
+    monkeypatch.setattr(gdro.cli.report, "fig_compute_curves", lambda *a: False)
+    monkeypatch.setattr(gdro.cli.report, "write_paper_figures", lambda runs, out: (None, [], []))
 
 
 def _report(args: list[str], capsys) -> str:
@@ -251,7 +252,7 @@ def test_real_runs_give_the_same_report_from_their_summaries(tmp_path: Path, cap
     """Two real gdro-train runs (experiment=smoke, GRPO and Prompt-GDRO, a multirun): the report from their summaries
     is the report from their dirs; each summary holds run.json's commit, versions and machine, and is small."""
     sweep = tmp_path / "sweep"
-    proc = subprocess.run([sys.executable, "-m", "gdro.cli", "-m", "experiment=smoke", "progress=false",
+    proc = subprocess.run([sys.executable, "-m", "gdro.cli.train", "-m", "experiment=smoke", "progress=false",
                            "sampler=uniform,prompt-gdro", "data.train_size=16",  # one pass: 2 steps (mechanism.md)
                            f"hydra.sweep.dir={sweep}"],
                           cwd=REPO, capture_output=True, text=True, timeout=600, check=False)

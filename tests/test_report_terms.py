@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import yaml
 
-from gdro.report import find_runs, main
+from gdro.cli.report import main
+from gdro.report import find_runs
 from gdro.report.paired import format_steps
 from gdro.report.paper_figures import collect, pooled
 from gdro.report.paper_plots import fig_budget_vs_data, fig_macro
@@ -195,8 +196,8 @@ def test_budget_vs_data_titles_name_what_they_show(tmp_path: Path, captured: lis
 
 
 def test_the_unseen_bin_of_the_samples_is_documented_as_recorded():
+    from gdro.common.interfaces import PromptPool
     from gdro.controllers.difficulty import OnlineDifficultyClassifier
-    from gdro.interfaces import PromptPool
 
     cfg = yaml.safe_load((ROOT / "conf" / "classifier" / "passk.yaml").read_text())
     cfg.pop("_target_")

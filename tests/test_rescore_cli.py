@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gdro.evaluation import rescore
+from gdro.cli import rescore
 
 
 def _main(argv: list[str], capsys) -> tuple[int, list[str]]:

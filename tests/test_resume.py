@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.build import build_training
+from gdro.algorithm.tracking import read_metrics
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_training
 from gdro.run.checkpoint import list_checkpoints
-from gdro.run.tracking import read_metrics
-from gdro.validate import ConfigError
 from tests.conftest import FAST, REPO, compose_cfg
 
 # 6 steps, an evaluation at steps 3 and 6, a checkpoint after every step; one thread so runs are bit-identical
@@ -41,14 +41,14 @@ def _write_then_die(path, obj):
         os.kill(os.getpid(), signal.SIGKILL)
     _write(path, obj)
 ck._write = _write_then_die
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """
 
 
 def _cmd(run_dir: Path, extra: list[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "gdro.cli", *CLI, f"hydra.run.dir={run_dir}", *extra]
+    return [sys.executable, "-m", "gdro.cli.train", *CLI, f"hydra.run.dir={run_dir}", *extra]
 
 
 def _env() -> dict[str, str]:

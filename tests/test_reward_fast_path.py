@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from hydra.utils import instantiate
 
+from gdro.common.interfaces import RewardBatch
 from gdro.data.synthetic import CopyTask
 from gdro.grading import rewards
 from gdro.grading.answers import last_boxed, tail
 from gdro.grading.rewards import MathVerifyReward
-from gdro.interfaces import RewardBatch
 from tests.conftest import compose_cfg
 
 SEED = 20250611

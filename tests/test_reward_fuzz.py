@@ -18,8 +18,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from gdro.common.interfaces import RewardBatch
 from gdro.grading.rewards import MathVerifyReward
-from gdro.interfaces import RewardBatch
 
 SEED = 20240608
 TIMEOUT_S = 0.5

@@ -21,12 +21,12 @@ import sympy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gdro.common.interfaces import RewardBatch
 from gdro.grading import rewards
 from gdro.grading.answers import last_boxed, tail
 from gdro.grading.magnitude import MAX_DIGITS, digits
 from gdro.grading.reward_config import RewardConfig
 from gdro.grading.rewards import MathVerifyReward
-from gdro.interfaces import RewardBatch
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from gdro.common.rollouts import SamplingParams, expand_groups
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
-from gdro.rollout.base import SamplingParams, expand_groups
 from gdro.rollout.hf import HFEngineConfig, HFGenerator, sampled_logprobs
 
 PROMPTS = ["Copy: 3 8 9.", "Copy: 1 2 3 4 5 6 7.", "Copy: 5.", "Copy: 9 9 1 2."]

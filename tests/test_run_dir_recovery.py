@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gdro.app import EXIT_IN_USE
-from gdro.run.ioerrors import EXIT_IO_ERROR
+from gdro.algorithm.tracking import read_metrics
+from gdro.cli.app import EXIT_IN_USE
+from gdro.common.ioerrors import EXIT_IO_ERROR
 from gdro.run.lock import LOCK_NAME
-from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env, _wait_for_checkpoint
 from tests.test_run_safety import _cmd, _lines, _namespaces_work, _run, _status
 from tests.test_rundir import _zombie
@@ -81,7 +81,7 @@ out.write_text(json.dumps(res))
 """
 FILL_BEFORE_STEP = """
 import sys
-import gdro.trainer as tr
+import gdro.algorithm.trainer as tr
 from tests.fill_disk import fill
 ballast = sys.argv.pop(1)
 step_ = tr.Trainer._step
@@ -90,7 +90,7 @@ def fill_then_step(self, step, st):
         fill(ballast)
     return step_(self, step, st)
 tr.Trainer._step = fill_then_step
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """
@@ -103,7 +103,7 @@ def test_a_full_disks_end_kept_in_the_lock_is_recorded_when_the_run_is_set_aside
     if reason:
         pytest.skip(reason)
     (tmp_path / "mnt").mkdir()
-    cmd = [sys.executable, "-m", "gdro.cli", *CLI, "checkpoint.every=0", "checkpoint.at_end=false"]
+    cmd = [sys.executable, "-m", "gdro.cli.train", *CLI, "checkpoint.every=0", "checkpoint.at_end=false"]
     subprocess.run(["unshare", "-rm", sys.executable, "-c", FULL_THEN_ASIDE, str(tmp_path / "mnt"),
                     str(tmp_path / "res.json"), json.dumps(cmd), FILL_BEFORE_STEP], cwd=REPO, env=_env(), check=True,
                    timeout=900)
@@ -127,7 +127,7 @@ def test_a_full_disks_end_kept_in_the_lock_is_recorded_when_the_run_is_set_aside
 PAUSE_BEFORE_STEP = """
 import sys, time
 from pathlib import Path
-import gdro.trainer as tr
+import gdro.algorithm.trainer as tr
 at, gate = int(sys.argv.pop(1)), Path(sys.argv.pop(1))
 step_ = tr.Trainer._step
 def paused(self, step, st):
@@ -137,7 +137,7 @@ def paused(self, step, st):
             time.sleep(0.01)
     return step_(self, step, st)
 tr.Trainer._step = paused
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """

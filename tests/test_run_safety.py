@@ -20,10 +20,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from gdro.app import EXIT_IN_USE
+from gdro.algorithm.tracking import read_metrics
+from gdro.cli.app import EXIT_IN_USE
+from gdro.common.ioerrors import EXIT_IO_ERROR
 from gdro.run.checkpoint import FINAL_MARKER, list_checkpoints
-from gdro.run.ioerrors import EXIT_IO_ERROR
-from gdro.run.tracking import read_metrics
 from tests.test_resume import CLI, REPO, _comparable, _env
 from tests.test_rundir import _holder
 
@@ -33,7 +33,7 @@ SHORT = [*CLI, "steps=2", "eval.every=0", "save_final=true"]  # the final-save c
 
 
 def _cmd(run_dir: Path, args: list[str] = CLI, extra: tuple[str, ...] = ()) -> list[str]:
-    return [sys.executable, "-m", "gdro.cli", *args, f"hydra.run.dir={run_dir}", *extra]
+    return [sys.executable, "-m", "gdro.cli.train", *args, f"hydra.run.dir={run_dir}", *extra]
 
 
 def _run(run_dir: Path, args: list[str] = CLI, extra: tuple[str, ...] = (), code: int = 0, env=None):
@@ -93,7 +93,7 @@ def paused(run_dir, step, *a, **k):
             time.sleep(0.01)
     return save(run_dir, step, *a, **k)
 lifecycle.save_checkpoint = paused
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """
@@ -179,7 +179,7 @@ elif point == "at-rename":  # flushed; an existing final renamed aside, the new 
 elif point == "before-cleanup":  # the new one in place, the old one not yet removed
     rmtree = shutil.rmtree
     shutil.rmtree = lambda p, *a, **k: die() if Path(p).name.startswith(".old-checkpoint-") else rmtree(p, *a, **k)
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """
@@ -306,7 +306,7 @@ def fill_then_save(run_dir, step, *a, **k):
         fill(ballast)
     return save(run_dir, step, *a, **k)
 lifecycle.save_checkpoint = fill_then_save
-from gdro.cli import train
+from gdro.cli.train import train
 sys.argv = ["gdro-train", *sys.argv[1:]]
 train()
 """
@@ -326,7 +326,7 @@ def test_a_full_disk_and_a_read_only_dir_are_one_line_and_recorded(tmp_path, sol
         pytest.skip(reason)
     (tmp_path / "mnt").mkdir()
     (tmp_path / "results").mkdir()
-    cmd = [sys.executable, "-m", "gdro.cli", *CLI]
+    cmd = [sys.executable, "-m", "gdro.cli.train", *CLI]
     subprocess.run(["unshare", "-rm", sys.executable, "-c", FULL_DISK, str(tmp_path / "mnt"), str(tmp_path / "results"),
                     json.dumps(cmd), FILL_BEFORE_STEP_2], cwd=REPO, env=_env(), check=True, timeout=900)
     res = {p.stem: json.loads(p.read_text()) for p in (tmp_path / "results").glob("*.json")}

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from gdro import app, cli
-from gdro.evaluation import evaluator
-from gdro.run import ioerrors
+from gdro.cli import app
+from gdro.cli import evaluate as evaluator
+from gdro.cli import train as cli
+from gdro.common import ioerrors
 from gdro.run import lock as rundir
 from gdro.run.lock import LOCK_NAME, LockConfig, RunDirLock, RunDirLocked, hold
 from gdro.run.lock_file import RECORD_BYTES
@@ -298,8 +299,7 @@ def test_a_failed_run_records_its_last_logged_step_and_so_does_its_prev_1(tmp_pa
     run.json.prev-1. It used to say 0: run.json's last_step was current only at a checkpoint."""
     import errno
 
-    from gdro import trainer
-    from gdro.run import tracking
+    from gdro.algorithm import tracking, trainer
 
     monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
     run_dir = tmp_path / "run"

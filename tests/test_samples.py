@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from gdro.build import build_components, build_training
-from gdro.run import samples
-from gdro.run.tracking import read_metrics
-from gdro.validate import ConfigError
+from gdro.algorithm import samples
+from gdro.algorithm.tracking import read_metrics
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from tests.conftest import FAST, compose_cfg
 
 EVAL = ["eval.k=2", "eval.max_problems=6", "eval.at_start=true", "eval.every=0", "eval.at_end=true"]

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+from gdro.common.rollouts import SamplingParams
 from gdro.loss import GRPOLoss, grpo_loss
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import (
@@ -30,7 +31,6 @@ from gdro.policy import forward as policy_forward
 from gdro.policy.layouts import caches_dropped, make_shared_batch, make_token_batch, shared_prefix_logprobs
 from gdro.policy.microbatch import group_micro_batches, micro_batches
 from gdro.policy.packing import make_packed_batch, packable, packed_logprobs
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFGenerator
 
 MAX_NEW = 16

@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gdro.build import build_components, build_training
+from gdro.common.interfaces import PromptPool, StepFeedback
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components, build_training
 from gdro.controllers.difficulty import OnlineDifficultyClassifier
 from gdro.controllers.samplers import PromptGDRO, UniformSampler
 from gdro.controllers.skip import GresoSkip, NoSkip, PreRolloutSkip, keep_probability
-from gdro.interfaces import PromptPool, StepFeedback
-from gdro.validate import ConfigError
 from tests.conftest import FAST, compose_cfg
 
 

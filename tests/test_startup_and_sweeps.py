@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from gdro.app import EXIT_IN_USE
-from gdro.run.tracking import read_metrics
+from gdro.algorithm.tracking import read_metrics
+from gdro.cli.app import EXIT_IN_USE
 from tests.test_resume import REPO, _env
 from tests.test_run_safety import PAUSE_BEFORE_CHECKPOINT
 from tests.test_rundir import _holder
@@ -53,9 +53,9 @@ def test_a_ctrl_c_at_ten_moments_of_the_first_3_s_is_one_line_and_status_130(tmp
     """SIGINT to the process group (as a terminal's Ctrl-C) at 0.3, 0.6, ..., 3.0 s after the start: each time one
     line on stderr and status 130, whether it lands in the imports, the config check, torch's import, Hydra's start,
     the model's load (the run's own handler: finish the step, save, exit 130) or training. (The interpreter's own
-    start-up, and for ``-m`` the compilation of gdro/cli.py, come before any line of gdro: ~0.05 s, not covered.)"""
+    start-up, and for ``-m`` the compilation of gdro/cli/train.py, come before any line of gdro: ~0.05 s, not covered.)"""
     assert GDRO_TRAIN.is_file(), f"{GDRO_TRAIN}: the console script is not installed (pip install -e .)"
-    argv = [str(GDRO_TRAIN)] if entry == "console" else [sys.executable, "-m", "gdro.cli"]
+    argv = [str(GDRO_TRAIN)] if entry == "console" else [sys.executable, "-m", "gdro.cli.train"]
     seen = []
     for i in range(10):
         at = 0.3 * (i + 1)

@@ -13,4 +13,4 @@ def test_function_lengths_and_import_floors():
     res = subprocess.run([sys.executable, str(REPO / "scripts" / "check_structure.py")], capture_output=True,
                          text=True, check=False, cwd=REPO)
     assert res.returncode == 0, res.stdout + res.stderr
-    assert "imports from a higher floor: 0" in res.stdout
+    assert "imports from a higher floor or a folder beside: 0" in res.stdout

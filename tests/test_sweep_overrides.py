@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from hydra import compose, initialize_config_dir
 
-from gdro.cli import sweep_safe
+from gdro.cli.train import sweep_safe
 from tests.conftest import CONF
 
 SWEEP = ["-m", "experiment=paper,paper-prompt-gdro,paper-rollout-gdro", "model=tiny", "data.data_files=train.jsonl",
@@ -39,7 +39,7 @@ def test_a_mistyped_key_is_still_reported_before_the_rewrite(capsys):
     """gdro-train checks every job with the overrides as written, and only then hands Hydra the rewritten ones."""
     import pytest
 
-    from gdro.cli import _check_train, precheck
+    from gdro.cli.train import _check_train, precheck
 
     typo = ["-m", "experiment=paper,paper-prompt-gdro", "data.data_filez=x"]
     with pytest.raises(SystemExit) as exit_:

@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 import torch
 
+from gdro.common.interfaces import Problem
+from gdro.data.prompts import format_prompt
 from gdro.data.synthetic import CopyTask, copy_completion, from_hf_dataset, to_hf_dataset
-from gdro.interfaces import Problem
 from gdro.models.loading import ModelSpec, ModelUnavailableError, load_model
-from gdro.models.prompts import format_prompt
 from gdro.models.source import TINY_DIR
 from gdro.models.tiny import build_tiny, build_tokenizer, chat_affixes, encode_sft_batch
 

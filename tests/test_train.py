@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from gdro.build import build_training
+from gdro.algorithm.tracking import read_metrics
+from gdro.compose.build import build_training
 from gdro.models.source import TINY_DIR
-from gdro.run.tracking import read_metrics
 from tests.conftest import FAST, REPO, compose_cfg
 
 REQUIRED = [
@@ -103,7 +103,7 @@ def test_wandb_offline_run_is_written(tmp_path: Path):
 def test_multirun_writes_one_run_dir_per_job(tmp_path: Path):
     sweep = tmp_path / "sweep"
     proc = subprocess.run(
-        [sys.executable, "-m", "gdro.cli", "-m", "seed=0,1", *[o for o in FAST if not o.startswith("steps=")],
+        [sys.executable, "-m", "gdro.cli.train", "-m", "seed=0,1", *[o for o in FAST if not o.startswith("steps=")],
          "steps=1", f"hydra.sweep.dir={sweep}"],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
     )

@@ -19,8 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from gdro import cli
-from gdro.evaluation import evaluator
+from gdro.cli import evaluate as evaluator
+from gdro.cli import train as cli
 from gdro.models import source
 from gdro.models.dir_checks import model_dir_problem, shape_problem
 from gdro.models.loading import ModelSpec, load_model

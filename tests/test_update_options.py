@@ -174,11 +174,11 @@ def test_a_run_with_every_option(tmp_path, monkeypatch):
     truncated completions masked and the engine correction (the HF engine returns its log-probs): it runs, logs each
     option's metrics, and the shaped reward is correctness plus the format term (no completion reaches the buffer:
     the tiny model's copies end well before 16 - 4 tokens, as overlong_frac says). The real entry point
-    (``gdro.cli:train``) runs in this process, on a real command line."""
+    (``gdro.cli.train:train``) runs in this process, on a real command line."""
     import json
     import sys
 
-    from gdro import cli
+    from gdro.cli import train as cli
 
     run_dir = tmp_path / "run"
     overrides = ["experiment=smoke", "steps=2", "progress=false", "reward.format_weight=0.5", "reward.overlong_buffer=4",

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from gdro import cli, report
-from gdro.build import build_training
-from gdro.evaluation import evaluator
+from gdro.cli import evaluate as evaluator
+from gdro.cli import report
+from gdro.cli import train as cli
+from gdro.compose.build import build_training
 from gdro.models.source import TINY_DIR
 from gdro.run.lock import RunDirLock, hold
 from tests.conftest import FAST, compose_cfg

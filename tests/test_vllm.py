@@ -26,12 +26,12 @@ pytest.importorskip("vllm")
 
 from conftest import compose_cfg
 
-from gdro.build import build_training
+from gdro.common.rollouts import SamplingParams
+from gdro.compose.build import build_training
 from gdro.models.loading import ModelSpec, load_model
 from gdro.policy import completion_logprobs
 from gdro.policy.layouts import make_token_batch
 from gdro.rollout import Generator, make_engine
-from gdro.rollout.base import SamplingParams
 from gdro.rollout.hf import HFEngineConfig
 from gdro.rollout.vllm import VLLMEngineConfig, VLLMGenerator
 
@@ -226,7 +226,7 @@ def test_twenty_training_steps_behave_like_the_hf_engine(tmp_path: Path):
 
 # ---------------------------------------------------------------------------------------------------- gdro-eval
 def _eval(tmp_path: Path, overrides: list[str]) -> tuple[dict, dict]:
-    from gdro.evaluation.evaluator import run_eval
+    from gdro.cli.evaluate import run_eval
     from tests.test_evaluator import compose_eval
 
     metrics = run_eval(compose_eval(overrides), tmp_path)
@@ -271,7 +271,7 @@ def test_two_processes_with_vllm_engines_match_one_process_sampling_the_same_sha
     def train(run_dir: Path, procs: int) -> None:
         launch = ([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(procs)]
                   if procs > 1 else [sys.executable])
-        cmd = [*launch, "-m", "gdro.cli", *COMMON, "rollout=vllm", "steps=3", f"hydra.run.dir={run_dir}"]
+        cmd = [*launch, "-m", "gdro.cli.train", *COMMON, "rollout=vllm", "steps=3", f"hydra.run.dir={run_dir}"]
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=900,
                               env={**os.environ, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"})
         assert proc.returncode == 0, proc.stderr[-4000:]
@@ -306,7 +306,7 @@ def test_a_multirun_of_vllm_jobs_in_one_torchrun_completes_every_job(tmp_path: P
     from tests.test_distributed import COMMON
 
     sweep = tmp_path / "sweep"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gdro.cli",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m", "gdro.cli.train",
            "-m", *[o for o in COMMON if not o.startswith("checkpoint.")], "rollout=vllm", "steps=1", "seed=0,1,2",
            f"hydra.sweep.dir={sweep}"]
     # ~40 s here when every job finishes; the hang it guards against never ends

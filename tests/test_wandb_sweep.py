@@ -47,7 +47,7 @@ def run_record(run_dir: Path):
 
 def test_a_multirun_is_one_wandb_group_and_the_report_joins_it(tmp_path: Path):
     sweep = tmp_path / "pgdro-seeds"
-    cmd = [sys.executable, "-m", "gdro.cli", "-m", "seed=0,1", "experiment=smoke", "logger=wandb",
+    cmd = [sys.executable, "-m", "gdro.cli.train", "-m", "seed=0,1", "experiment=smoke", "logger=wandb",
            "logger.wandb_mode=offline", "eval.at_end=true", "eval.max_problems=8", f"hydra.sweep.dir={sweep}"]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from gdro.report import find_runs, main
+from gdro.cli.report import main
+from gdro.report import find_runs
 from gdro.report.paper_figures import collect
 from gdro.report.wave import after_unseen, excess_bin, frontier, heat, run_wave, write_wave
 from tests.test_paper_figures import _rewrite

@@ -16,12 +16,12 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gdro.build import build_components
+from gdro.algorithm.tracking import read_metrics
+from gdro.common.interfaces import PromptPool, StepFeedback
+from gdro.common.validate import ConfigError
+from gdro.compose.build import build_components
 from gdro.controllers.difficulty import OnlineDifficultyClassifier
 from gdro.controllers.zero_variance import ZeroVarianceAllocator, zero_variance_allocate
-from gdro.interfaces import PromptPool, StepFeedback
-from gdro.run.tracking import read_metrics
-from gdro.validate import ConfigError
 from tests.conftest import REPO, compose_cfg
 from tests.test_resume import _comparable, _env, _fit
 
@@ -181,7 +181,7 @@ def test_a_smoke_run_logs_the_rollouts_per_prompt_per_bin(tmp_path: Path):
     allocator's ``gdro/rollouts/<bin>`` equal the ledger's ``compute/rollouts_per_prompt/<bin>``, n̄·G rollouts a
     step, and the groups are ragged once the rule acts."""
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "gdro.cli", "experiment=smoke", "allocator=zero-variance", "data.train_size=8",
+    cmd = [sys.executable, "-m", "gdro.cli.train", "experiment=smoke", "allocator=zero-variance", "data.train_size=8",
            "progress=false", "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={run_dir}"]
     proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 from gdro.controllers.bandit import bin_means, mixed_distribution
 from gdro.controllers.budget import check_budget_feasible, exact_budget_select, sqrt_allocation, weighted_se
 from gdro.controllers.knapsack import knapsack_allocate, rollout_value
 from gdro.controllers.per_prompt import PerPromptAllocator
-from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, StepFeedback
 
 MU_TARGETS = ("budget", "rest")  # what Rollout-GDRO's shadow price measures consumption against (Eq. 21)
 JOINTS = ("per_bin", "per_prompt")  # how Eq. 19's DP weighs each bin's arm log-probability

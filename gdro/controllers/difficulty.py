@@ -27,9 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.interfaces import BinSpec, PromptPool, StepFeedback
 from gdro.controllers.batch_metrics import batch_mechanism
 from gdro.controllers.bins import hysteresis_bins, make_edges, passk_from_window
-from gdro.interfaces import BinSpec, PromptPool, StepFeedback
 
 __all__ = ["ESTIMATORS", "UNSEEN_POLICIES", "OnlineDifficultyClassifier"]
 

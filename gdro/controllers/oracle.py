@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro.interfaces import BinSpec, DifficultyClassifier, PromptPool, StepFeedback
+from gdro.common.interfaces import BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 
 class OracleLevelSampler:

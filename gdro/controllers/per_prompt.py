@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.interfaces import BinSpec, StepFeedback
 from gdro.controllers.budget import check_budget_feasible
-from gdro.interfaces import BinSpec, StepFeedback
 
 __all__ = ["PerPromptAllocator"]
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro.interfaces import BinSpec, DifficultyClassifier, PromptPool, StepFeedback
+from gdro.common.interfaces import BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 __all__ = ["LearnabilitySampler", "MoPPSSampler", "beta_update", "learnability", "select_threshold", "select_top",
            "thompson_distance"]

@@ -3,12 +3,12 @@
 ``UniformSampler`` is GRPO's data loader: shuffled epochs without replacement. ``PromptGDRO`` is the
 paper's data adversary (§3.2, Eq. 12–16): an exponential-weights distribution over difficulty bins,
 applied either as per-rollout advantage multipliers (``reweight``, the paper's mode) or by drawing
-prompts from the bins (``resample``). The contract is ``gdro.interfaces.PromptSampler``; the trainer calls::
+prompts from the bins (``resample``). The contract is ``gdro.common.interfaces.PromptSampler``; the trainer calls::
 
     sampler.bind(pool, classifier.bin_spec())                            # once: the pool's uids, the bins
     ids = sampler.sample(count, rng, classifier)
     w   = sampler.loss_weights(bins, group_index)                         # (N,) advantage multipliers
-    sampler.update(feedback)                                              # gdro.interfaces.StepFeedback
+    sampler.update(feedback)                                              # gdro.common.interfaces.StepFeedback
     sampler.metrics(); sampler.state_dict(); sampler.load_state_dict(state)
 """
 
@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.interfaces import SIGNALS, BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 from gdro.controllers.bandit import bin_means, ema, exp_weights, mixed_distribution
-from gdro.interfaces import SIGNALS, BinSpec, DifficultyClassifier, PromptPool, StepFeedback
 
 MODES = ("reweight", "resample")
 WEIGHT_NORMS = ("batch_mean", "raw")

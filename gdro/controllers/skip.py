@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from gdro.interfaces import BinSpec, DifficultyClassifier, PromptPool, PromptSampler, StepFeedback
+from gdro.common.interfaces import BinSpec, DifficultyClassifier, PromptPool, PromptSampler, StepFeedback
 
 __all__ = ["GresoSkip", "NoSkip", "PreRolloutSkip", "keep_probability"]
 

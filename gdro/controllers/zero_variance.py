@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from gdro.common.interfaces import DifficultyClassifier
 from gdro.controllers.budget import check_budget_feasible
 from gdro.controllers.knapsack import knapsack_allocate
 from gdro.controllers.per_prompt import PerPromptAllocator
-from gdro.interfaces import DifficultyClassifier
 
 __all__ = ["ZeroVarianceAllocator", "zero_variance_allocate"]
 

@@ -1,4 +1,4 @@
-"""Datasets: the embedded synthetic copy task (and later DAPO-Math / evaluation benchmarks)."""
+"""Datasets: the embedded synthetic tasks, DAPO-Math and the evaluation benchmarks, and how a problem becomes a prompt."""
 
 from gdro.data.synthetic import CopyTask, from_hf_dataset, to_hf_dataset
 

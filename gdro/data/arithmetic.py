@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from gdro.common.interfaces import Problem
 from gdro.data.synthetic import _exact_counts, check_split_settings, level_weights
-from gdro.interfaces import Problem
 
 ADD_PROMPT = "What is {a} + {b}? Put the final answer in \\boxed{{}}."
 

@@ -46,10 +46,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from gdro.common.interfaces import Problem
 from gdro.data.benchmark_specs import GPQA_LETTERS, GPQA_TEMPLATE, MATH_SUFFIX, BenchmarkSpec
 from gdro.grading.answers import last_boxed
 from gdro.grading.golds import ALT_SEP, BOXED, GoldTable, prepare_golds
-from gdro.interfaces import Problem
 
 
 @dataclass

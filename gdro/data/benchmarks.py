@@ -3,7 +3,7 @@ local files.
 
 ``load_benchmark("math500")`` reads ``HuggingFaceH4/MATH-500`` from the hub; ``load_benchmark("math500",
 data_files="math500.jsonl")`` reads a local copy with the same schema (``.json``/``.jsonl``, ``.parquet`` or
-``.csv``). Either way every row becomes a :class:`~gdro.interfaces.Problem` by its benchmark's schema
+``.csv``). Either way every row becomes a :class:`~gdro.common.interfaces.Problem` by its benchmark's schema
 (:mod:`gdro.data.benchmark_specs` names the benchmarks, :mod:`gdro.data.benchmark_rows` reads their rows).
 
 Malformed lines of a local JSON-lines file (not JSON, not a JSON object, truncated, not UTF-8) never raise: it is
@@ -20,9 +20,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from gdro.common.interfaces import Problem
 from gdro.data.benchmark_rows import LoadReport, lines_at, problems_from_rows
 from gdro.data.benchmark_specs import BenchmarkSpec, get_spec
-from gdro.interfaces import Problem
 
 
 class DataFileError(ValueError):

@@ -2,7 +2,7 @@
 
 verl-based recipes (the official scripts set a 3200-token prompt limit) drop such prompts from the dataset
 up front (verl's ``data.filter_overlong_prompts``); without a filter one long prompt stops a run at the step
-that samples it, because :func:`gdro.models.prompts.encode_prompts` raises on it. Lengths are counted by that
+that samples it, because :func:`gdro.data.prompts.encode_prompts` raises on it. Lengths are counted by that
 very function (chat template as one user turn with the generation prompt; special tokens only without a
 template), so a kept prompt is exactly one the engine accepts.
 """
@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
-from gdro.interfaces import Problem
-from gdro.models.prompts import encode_prompts
+from gdro.common.interfaces import Problem
+from gdro.data.prompts import encode_prompts
 
 _CHUNK = 1024  # prompts tokenised per call: bounds the memory of one batch of token ids
 

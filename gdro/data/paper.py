@@ -13,9 +13,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from gdro.common.interfaces import Problem
 from gdro.data.benchmark_specs import BENCHMARKS
 from gdro.data.benchmarks import DataFileError, load_benchmark
-from gdro.interfaces import Problem
 
 log = logging.getLogger(__name__)
 

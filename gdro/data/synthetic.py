@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from gdro.interfaces import Problem
+from gdro.common.interfaces import Problem
 
 if TYPE_CHECKING:  # datasets is imported lazily: building problems needs numpy only
     import datasets

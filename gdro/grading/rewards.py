@@ -9,7 +9,7 @@ reads it).
 Training and evaluation read a completion differently, on purpose. Training keeps the official code's window
 (``tail_chars: 300``: verl's ``math_dapo`` reads the last 300 characters), a deliberate part of the paper's reward;
 ``tail_chars: null`` reads the whole completion. Evaluation (:meth:`MathVerifyReward.for_eval`, used by
-:func:`gdro.evaluation.heldout.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
+:func:`gdro.algorithm.heldout.evaluate`) reads ``eval_tail_chars`` (default ``null``: the whole completion), so a correct
 final box followed by a check of it, in text or code, is not dropped (34 such boxes in one real set of 7,565).
 With ``eval_boxes: join`` evaluation also reads a gold of several items from the boxes that end the completion,
 joined as math-verify's own extraction joins them (``\\boxed{(2,2)}`` and ``\\boxed{(6,2)}`` for ``(2,2),(6,2)``);
@@ -73,6 +73,7 @@ import sympy
 from latex2sympy2_extended.math_normalization import extract_boxed_content
 from math_verify import parse, verify
 
+from gdro.common.interfaces import RewardBatch  # the record (defined with the contracts)
 from gdro.grading.answers import last_box_span, last_number, tail
 from gdro.grading.deadline import Deadline, deadline
 from gdro.grading.fast_path import eligible_gold, plain_gold, unequal_integers, verbatim
@@ -92,7 +93,6 @@ from gdro.grading.magnitude import HUGE_EXPONENT, too_large
 from gdro.grading.mathverify import LATEX_AND_EXPR, LATEX_ONLY, warm_up
 from gdro.grading.reward_config import RewardConfig
 from gdro.grading.shaping import format_flags, overlong_penalty
-from gdro.interfaces import RewardBatch  # the record (defined with the contracts)
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ advantages it is given. Each option is a frozen dataclass binding one pure funct
 
 A group of one response gets advantage 0 under every estimator except ``reinforce-pp`` with ``baseline: none``.
 ``min_group`` is the smallest group an estimator is defined on: a run whose allocator can give a prompt fewer
-rollouts is refused in one line before anything loads (gdro.build, :func:`check_group_sizes`); ``grpo`` and
+rollouts is refused in one line before anything loads (gdro.compose.build, :func:`check_group_sizes`); ``grpo`` and
 ``dr-grpo`` accept groups of one as gdro always did (Eq. 3 defines their advantage as 0).
 """
 

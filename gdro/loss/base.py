@@ -10,7 +10,7 @@ GRPO-like methods disagree on two axes, each a config group of its own (as verl'
   denominators taken from the whole mini-batch's ``BatchCounts``, so that the micro-batch losses, gradients and
   statistics *sum* to the mini-batch's (gradient accumulation, and processes that each forward a part of the
   mini-batch). A loss reads the advantages it is given; it computes none (before #50 each loss had an
-  ``advantages`` method: gdro.build refuses a loss class that still defines one, which nothing would call).
+  ``advantages`` method: gdro.compose.build refuses a loss class that still defines one, which nothing would call).
 
 Every loss in gdro is linear in the advantages for a positive factor (``max``/``min`` commute with it), so the
 trainer recovers the unweighted per-response loss by dividing by the multiplier (``StepFeedback.pg_loss``).

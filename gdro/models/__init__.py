@@ -1,1 +1,1 @@
-"""Models: loading a policy and its tokenizer, the tiny and Qwen3 builders, and prompts."""
+"""Models: loading a policy and its tokenizer, LoRA adapters and their checkpoint state, the tiny and Qwen3 builders."""

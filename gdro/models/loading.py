@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from gdro import portable
+from gdro.common import portable
 from gdro.models.dir_checks import (
     chat_template_problem,
     model_dir_problem,
@@ -34,7 +34,7 @@ from gdro.models.lora import LoraSpec
 from gdro.models.source import model_path
 
 if TYPE_CHECKING:
-    from gdro.rollout.base import Generator
+    from gdro.common.rollouts import Generator
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -368,7 +368,7 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
 @dataclass
 class Policy:
     """The model a run trains (or an evaluation samples from), its tokenizer, its rollout engine and, for a KL term,
-    its frozen reference (gdro.build.make_policy)."""
+    its frozen reference (gdro.compose.build.make_policy)."""
 
     model: torch.nn.Module
     tokenizer: Any

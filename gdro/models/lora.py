@@ -10,7 +10,7 @@ parts of a run that meet them:
   (:func:`merged_state_dict`), computed beside the model, which is never merged in place (a merge and unmerge
   would round the base weights);
 * a training checkpoint holds the adapters, the optimiser over them and a reference to the base weights with
-  their checksum, not the base itself (:mod:`gdro.run.checkpoint_lora`): on resume the base is loaded from the model
+  their checksum, not the base itself (:mod:`gdro.models.lora_state`): on resume the base is loaded from the model
   dir as at the start, checked against the checksum (a changed base is refused in one line) and the adapters are
   loaded beside it (:func:`add_adapters`' load hook), so a resume is exact; a checkpoint of an older gdro, holding the
   base too, still loads;
@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from gdro.models.lora_state import BASE_REF, is_adapter_key, state_digest
 
 log = logging.getLogger(__name__)
 
@@ -143,7 +145,7 @@ def add_adapters(model: torch.nn.Module, spec: LoraSpec) -> torch.nn.Module:
     from peft import LoraConfig, inject_adapter_in_model
 
     tm = spec.target_modules
-    problem = target_problem(model, tm)  # (gdro-train checks this before its run dir opens: gdro.build)
+    problem = target_problem(model, tm)  # (gdro-train checks this before its run dir opens: gdro.compose.build)
     if problem is not None:
         raise ValueError(f"lora.target_modules={tm!r}: {problem}")
     cfg = LoraConfig(r=spec.r, lora_alpha=spec.alpha, lora_dropout=spec.dropout,
@@ -172,27 +174,30 @@ def trainable_text(model: torch.nn.Module, spec: LoraSpec) -> str:
             f"({100 * trainable / max(total, 1):.2f}%)")
 
 
+class AdapterBaseChanged(ValueError):
+    """A LoRA checkpoint's adapters loaded onto base weights other than those they were trained on: one line that
+    names the checkpoint (a user error, as gdro.run.checkpoint.CheckpointError is)."""
+
+    label = "checkpoint error"
+
+
 def _base_from_model(module: torch.nn.Module, state_dict: MutableMapping[str, Any], prefix: str, *_: Any) -> None:
     """``load_state_dict``'s pre-hook of a LoRA policy: a lean policy state (a checkpoint's adapters and, under
-    ``BASE_REF``, the checksum of the base they were trained on; gdro.run.checkpoint_lora) gets the base weights
+    ``BASE_REF``, the checksum of the base they were trained on; gdro.models.lora_state) gets the base weights
     from ``module`` itself, once their checksum is found equal; else one line refuses the resume. A whole state
     (an older checkpoint) loads as it is."""
-    from gdro.run.checkpoint_lora import BASE_REF, is_adapter_key, state_digest
-
     ref = state_dict.pop(prefix + BASE_REF, None)
     if ref is None:
         return
     own = {k: t for k, t in module.state_dict().items() if not is_adapter_key(k) and isinstance(t, torch.Tensor)}
     digest = state_digest(own)
     if digest != ref.get("sha256"):
-        from gdro.run.checkpoint import CheckpointError
-
         base = getattr(getattr(module, "config", None), "_name_or_path", None) or "the model"
-        raise CheckpointError(Path(str(ref.get("checkpoint", "the checkpoint"))),
-                              f"the base weights changed: its LoRA adapters were trained on base weights with sha256 "
-                              f"{str(ref.get('sha256'))[:16]}... but {base} loads with {digest[:16]}...; a LoRA "
-                              "checkpoint holds only the adapters, so it resumes only on the base weights it was "
-                              "trained on (the same model.name_or_path or model.fallback dir, unchanged)")
+        raise AdapterBaseChanged(f"{ref.get('checkpoint', 'the checkpoint')}: the base weights changed: its LoRA "
+                                 f"adapters were trained on base weights with sha256 {str(ref.get('sha256'))[:16]}... "
+                                 f"but {base} loads with {digest[:16]}...; a LoRA checkpoint holds only the adapters, "
+                                 "so it resumes only on the base weights it was trained on (the same "
+                                 "model.name_or_path or model.fallback dir, unchanged)")
     for k, t in own.items():
         state_dict.setdefault(prefix + k, t)
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from gdro.common.interfaces import Problem
 from gdro.data.synthetic import CopyTask, copy_completion
-from gdro.interfaces import Problem
 
 PAD, BOS_CHAT, EOS = "<|endoftext|>", "<|im_start|>", "<|im_end|>"
 SPECIAL_TOKENS = (PAD, BOS_CHAT, EOS)

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from gdro.distributed import Dist
-from gdro.fsdp import in_root, is_sharded
+from gdro.common.rollouts import RolloutBatch
+from gdro.parallel.distributed import Dist
+from gdro.parallel.fsdp import in_root, is_sharded
 from gdro.policy.config import OptimConfig
 from gdro.policy.layouts import (
     caches_dropped,
@@ -25,7 +26,6 @@ from gdro.policy.layouts import (
 )
 from gdro.policy.microbatch import group_micro_batches, micro_batches
 from gdro.policy.packing import PACK_MASK_ELEMENTS, make_packed_batch, packable, packed_logprobs
-from gdro.rollout.base import RolloutBatch
 
 
 @dataclass(frozen=True)

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch, left_pad
 from gdro.models.loading import autocast_context, cache_kwarg
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS, completion_token_logprobs, split_head, vocab_size
-from gdro.rollout.base import RolloutBatch, left_pad
 
 
 @dataclass

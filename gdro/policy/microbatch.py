@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gdro.rollout.base import RolloutBatch
+from gdro.common.rollouts import RolloutBatch
 
 
 def micro_batches(roll: RolloutBatch, rows: np.ndarray, micro_batch_size: int,

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch
 from gdro.models.loading import autocast_context
 from gdro.policy.kernels import LOGITS_CHUNK_ELEMENTS, completion_token_logprobs, split_head, vocab_size
 from gdro.policy.layouts import net_states
-from gdro.rollout.base import RolloutBatch
 
 # Packing limit: the block mask of a packed micro-batch (groups × width²) in elements; past it, the KV-cache path.
 PACK_MASK_ELEMENTS = 2**24

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch
 from gdro.loss import BatchCounts, Loss, LossInputs, per_response_mean
 from gdro.models.lora import reference_model
 from gdro.policy.config import OptimConfig
 from gdro.policy.forward import Forward
 from gdro.policy.kernels import recording_entropy
-from gdro.rollout.base import RolloutBatch
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
     the advantages ``adv`` as given — and ``kl`` — the token mean of the KL to π_ref (0 without a reference). Rows
     skipped as zero-advantage have ``pg`` exactly 0.
 
-    Across processes (``fwd.dist``, gdro.distributed): every process holds the whole batch but forwards and
+    Across processes (``fwd.dist``, gdro.parallel.distributed): every process holds the whole batch but forwards and
     backwards only ``local_rows``; the loss's denominators are the whole mini-batch's, the sharded model sums the
     gradients, and the per-response losses and statistics are summed over processes (each row is computed by one
     process).

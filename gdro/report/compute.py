@@ -37,12 +37,12 @@ import math
 
 import numpy as np
 
+from gdro.common.ioerrors import atomic_write_text
 from gdro.report.names import BASELINE, display_name, method_rank, metric_label
 from gdro.report.runs import SweepRun, group_by_method, row_step, select_row
 from gdro.report.stats import BOOT_REPS, BOOT_SEED, holm, iqm_ci, mean_ci, probability_of_improvement
 from gdro.report.table import format_holm, holm_note
 from gdro.report.terms import reach_cell, reach_note
-from gdro.run.ioerrors import atomic_write_text
 
 AXES = ("tokens", "steps")
 AXIS_NAMES = {"tokens": "generated tokens (compute/tokens_cum)", "steps": "training steps"}

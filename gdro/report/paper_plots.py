@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gdro.common.ioerrors import atomic_write_text
 from gdro.report.names import display_name
 from gdro.report.paper_figures import (
     MASS_BIN,
@@ -27,7 +28,6 @@ from gdro.report.paper_figures import (
 from gdro.report.plotting import method_colors, over_seeds, plot_band, save_figure, style_line_axes
 from gdro.report.runs import SweepRun, ordered_groups
 from gdro.report.terms import BUDGET_SHARE, DATA_SHARE, ROLLOUTS, WSE_PAPER
-from gdro.run.ioerrors import atomic_write_text
 
 
 def fig_wse(sw: Sweep, colors, path) -> bool:

@@ -9,8 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.ioerrors import atomic_write
 from gdro.report.runs import SweepRun
-from gdro.run.ioerrors import atomic_write
 
 
 def method_colors(methods: list[str]) -> dict[str, Any]:
@@ -98,7 +98,7 @@ def save_figure(fig, path) -> bool:
 
     _fit_titles(fig)
     fig.tight_layout()
-    try:  # whole or not at all, a failure naming the file (gdro.run.ioerrors)
+    try:  # whole or not at all, a failure naming the file (gdro.common.ioerrors)
         atomic_write(path, lambda fh: fig.savefig(fh, format=Path(path).suffix[1:] or "png", dpi=110), binary=True)
     finally:
         plt.close(fig)

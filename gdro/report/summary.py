@@ -35,10 +35,10 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from gdro.common.ioerrors import atomic_write, atomic_write_text
 from gdro.report.names import method_rank
 from gdro.report.runs import Skipped, SweepRun, UnusableRun, read_overrides, read_run_json
 from gdro.report.table1 import eval_record
-from gdro.run.ioerrors import atomic_write, atomic_write_text
 
 SCHEMA = "gdro.run-summary/1"
 # The metric keys the report reads (gdro/report/*.py): a row's key is kept when it starts with one of these.
@@ -108,7 +108,7 @@ def _order(run: SweepRun) -> tuple:
 
 def write_summaries(runs: list[SweepRun], path: str | Path, root: str | Path | None = None) -> Path:
     """Write the summaries of ``runs`` (method order, then seed) to ``path``, one JSON object a line, whole or not
-    at all (gdro.run.ioerrors.atomic_write); gzip'd when ``path`` ends in ``.gz``. Returns ``path``."""
+    at all (gdro.common.ioerrors.atomic_write); gzip'd when ``path`` ends in ``.gz``. Returns ``path``."""
     path = Path(path)
     text = "".join(json.dumps(summarize(r, root), separators=(",", ":")) + "\n" for r in sorted(runs, key=_order))
     path.parent.mkdir(parents=True, exist_ok=True)

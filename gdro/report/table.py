@@ -7,6 +7,7 @@ import csv
 import math
 from pathlib import Path
 
+from gdro.common.ioerrors import atomic_write, atomic_write_text
 from gdro.report.names import (
     BASELINE,
     METRIC_KEY,
@@ -18,7 +19,6 @@ from gdro.report.names import (
 )
 from gdro.report.runs import SweepRun, select_row
 from gdro.report.stats import ALPHA, HolmCell, mean_ci
-from gdro.run.ioerrors import atomic_write, atomic_write_text
 
 
 def aggregate(runs: list[SweepRun], *, which: str = "final") -> list[dict]:

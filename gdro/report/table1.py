@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
+from gdro.common.ioerrors import atomic_write_text
 from gdro.report import paper_table
 from gdro.report.runs import SweepRun, group_by_method
-from gdro.run.ioerrors import atomic_write_text
 
 EVAL_GLOB = ("eval/eval.json", "eval*/eval.json")
 
@@ -75,7 +75,7 @@ def log_to_wandb(sweep_dir: Path, out: Path, runs: list[SweepRun], files: list[P
     URL."""
     import wandb
 
-    from gdro.run.tracking import resolve_wandb_mode
+    from gdro.algorithm.tracking import resolve_wandb_mode
 
     logger_cfg = runs[0].config.get("logger", {}) if runs else {}
     group = logger_cfg.get("group") or Path(sweep_dir).resolve().name

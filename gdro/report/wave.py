@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gdro.common.ioerrors import atomic_write_text
 from gdro.report.names import display_name
 from gdro.report.paired import first_last_quarter
 from gdro.report.paper_figures import (
@@ -53,7 +54,6 @@ from gdro.report.paper_figures import (
 )
 from gdro.report.plotting import method_colors, plot_band, pool_by_step, save_figure
 from gdro.report.runs import SweepRun, ordered_groups
-from gdro.run.ioerrors import atomic_write_text
 
 TOL = 1e-9  # |s − q| below this is the float residue of s = q, counted and drawn as 0
 NEAR = 1  # a hit: the budget's peak within this many bins of the frontier

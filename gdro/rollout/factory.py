@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from gdro.rollout.base import Generator
+from gdro.common.rollouts import Generator
 from gdro.rollout.hf import HFEngineConfig, HFGenerator
 from gdro.rollout.vllm import VLLMEngineConfig, make_vllm_engine  # imports vllm only when an engine is built
 

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch, SamplingParams, expand_groups, left_pad
+from gdro.data.prompts import encode_prompts
 from gdro.models.loading import autocast_context, cache_kwarg
-from gdro.models.prompts import encode_prompts
-from gdro.rollout.base import RolloutBatch, SamplingParams, expand_groups, left_pad
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ class HFGenerator:
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """Nothing to do when ``model`` is the engine's own model (one process: the policy itself). Anything else
-        that is not a module (``gdro.distributed.StateView``: the full weights of a sharded policy) is loaded into
+        that is not a module (``gdro.parallel.distributed.StateView``: the full weights of a sharded policy) is loaded into
         the engine's own copy."""
         if model is self.model:
             return

@@ -5,7 +5,7 @@ immediately synced to the in-memory policy, so a resumed or already-updated poli
 update the trainer calls :meth:`VLLMGenerator.sync_weights`, which pushes ``model.state_dict()`` into the running
 engine (``collective_rpc("reload_weights")``) without a restart.
 
-Prompts are encoded by :func:`gdro.models.prompts.encode_prompts` (the HF engine's chat template handling) and passed as
+Prompts are encoded by :func:`gdro.data.prompts.encode_prompts` (the HF engine's chat template handling) and passed as
 token ids, so both engines see identical prompt tokens. Ragged ``n``: one request per prompt with ``n=n[g]`` and its
 own seed, derived from the call's ``seed`` and the prompt's index ``g`` — a prompt's samples do not depend on the other
 prompts of the call. vLLM samples differ from HF samples for the same seed (different samplers).
@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gdro.rollout.base import RolloutBatch, SamplingParams
+from gdro.common.rollouts import RolloutBatch, SamplingParams
 from gdro.rollout.hf import encode_request, eos_token_ids, pad_token_id
 
 log = logging.getLogger(__name__)

@@ -1,1 +1,1 @@
-"""The run around the algorithm: its lock, record, checkpoints, tracking, seeds and lifecycle (:mod:`gdro.run.lifecycle`)."""
+"""The run around the algorithm: its lifecycle (:mod:`gdro.run.lifecycle`), run.json, lock, checkpoints and migrations."""

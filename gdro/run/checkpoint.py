@@ -3,7 +3,7 @@
 A checkpoint is a directory ``<run_dir>/checkpoints/step_NNNNNN/`` holding
 
 * ``policy.pt`` — the policy's ``state_dict``; of a LoRA policy only its adapters and a reference to the base
-  weights with their checksum (format 2, :mod:`gdro.run.checkpoint_lora`; the reference also in ``meta.json``'s
+  weights with their checksum (format 2, :mod:`gdro.models.lora_state`; the reference also in ``meta.json``'s
   ``lora_base``), checked against the weights loaded on resume;
 * ``optimizer.pt`` — the optimiser's and the LR schedule's ``state_dict``;
 * ``trainer.pt`` — the step, the classifier / sampler / allocator state (the sampler's holds the data order) and
@@ -37,8 +37,8 @@ from typing import Any
 
 import torch
 
-from gdro.run.checkpoint_lora import BASE_REF, lean_policy_state
-from gdro.run.ioerrors import named_io
+from gdro.common.ioerrors import named_io
+from gdro.models.lora_state import BASE_REF, lean_policy_state
 
 FORMAT_VERSION = 1
 LEAN_FORMAT_VERSION = 2  # a LoRA policy's checkpoint: adapters and a reference to the base (older gdro refuse it)
@@ -258,7 +258,7 @@ def save_checkpoint(run_dir: str | Path, step: int, files: Mapping[str, Any], me
     """Write ``files`` (name → object, each ``torch.save``d as ``<name>.pt``) and ``meta.json`` atomically.
 
     A LoRA policy (``files["policy"]`` holds adapters) is written lean: its adapters and a reference to its base
-    weights (:func:`gdro.run.checkpoint_lora.lean_policy_state`), format :data:`LEAN_FORMAT_VERSION`. Returns the
+    weights (:func:`gdro.models.lora_state.lean_policy_state`), format :data:`LEAN_FORMAT_VERSION`. Returns the
     checkpoint's path. Saving a step that already has a checkpoint leaves the existing one.
     """
     root = Path(run_dir) / CKPT_ROOT

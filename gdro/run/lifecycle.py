@@ -1,11 +1,11 @@
-"""A training run's lifecycle around the algorithm: :class:`Lifecycle` drives an :class:`Algorithm` (gdro.trainer.Trainer).
+"""A training run's lifecycle around the algorithm: :class:`Lifecycle` drives an :class:`Algorithm` (gdro.algorithm.trainer.Trainer).
 
     for step in run.steps(first):                     # Lifecycle.fit: after set-up, resume and the run.json mark
         run.after(step, trainer.step(step), trainer)  # the row logged; a checkpoint when due; a signal's stop
 
 Everything that writes the run dir lives here, so the algorithm never does:
 
-* **the lock** (gdro.run.lock): taken by the entry point before Hydra starts (gdro.cli); every write of the run
+* **the lock** (gdro.run.lock): taken by the entry point before Hydra starts (gdro.cli.train); every write of the run
   first checks that the dir is still ours (``check_held``), and how an attempt ended waits in the lock when the
   disk refuses run.json (``defer``), until a start records it (``settle``);
 * **the run record**: run.json (:func:`gdro.run.record.open_run_dir`: a fresh one, the resumed run's with a ``resumes`` entry, or an
@@ -13,12 +13,12 @@ Everything that writes the run dir lives here, so the algorithm never does:
   the run dir, then ``completed``, ``interrupted`` or ``failed``: :meth:`Lifecycle.fit`);
 * **resume**: :func:`gdro.run.record.resume_point` -- the latest checkpoint, if the config may continue it;
 * **checkpoints**: periodic, at the end and on a signal (:meth:`Lifecycle.checkpoint`, what
-  :meth:`~gdro.trainer.Trainer.state_dict` returns, written atomically by gdro.run.checkpoint), and the final policy
+  :meth:`~gdro.algorithm.trainer.Trainer.state_dict` returns, written atomically by gdro.run.checkpoint), and the final policy
   (:meth:`Lifecycle.save_final`);
 * **stop signals**: :class:`StopRequest` (SIGTERM / SIGINT: finish the step, save, raise :class:`Interrupted`);
 * **the metrics logger**: metrics.jsonl and W&B (:func:`gdro.run.record.open_logger`; a resume cuts it back to its checkpoint).
 
-No Hydra here: the composition root (gdro.build) hands in plain values.
+No Hydra here: the composition root (gdro.compose.build) hands in plain values.
 """
 
 from __future__ import annotations
@@ -37,9 +37,12 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from gdro.distributed import Dist
-from gdro.interfaces import MetricLogger
+from gdro.algorithm.settings import RunSettings
+from gdro.algorithm.tracking import RunRecord
+from gdro.common.interfaces import MetricLogger
+from gdro.common.ioerrors import named_io
 from gdro.models.dir_checks import missing_parts
+from gdro.parallel.distributed import Dist
 from gdro.run.checkpoint import (
     CKPT_ROOT,
     FINAL_DIR,
@@ -54,11 +57,8 @@ from gdro.run.checkpoint import (
     save_checkpoint,
     step_dirname,
 )
-from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
 from gdro.run.migrations import SCHEMA, migrated_state, schema_of
-from gdro.run.settings import RunSettings
-from gdro.run.tracking import RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class Interrupted(Exception):
 
 # ------------------------------------------------------------------------------------------------------- the run
 class Algorithm(Protocol):
-    """What the lifecycle drives (gdro.trainer.Trainer): set up, an optional step-0 row, steps, its checkpointable
+    """What the lifecycle drives (gdro.algorithm.trainer.Trainer): set up, an optional step-0 row, steps, its checkpointable
     state, and the final policy written as a model dir."""
 
     def setup(self) -> None: ...
@@ -127,7 +127,7 @@ class Algorithm(Protocol):
 @dataclass
 class Lifecycle:
     """The lifecycle of one training run: its dir, run.json, checkpoints, resume, signals and the final save, around
-    an algorithm that takes steps (:class:`Algorithm`: gdro.trainer.Trainer). Built by the composition root (gdro.build)."""
+    an algorithm that takes steps (:class:`Algorithm`: gdro.algorithm.trainer.Trainer). Built by the composition root (gdro.compose.build)."""
 
     settings: RunSettings  # steps, save_final, progress (the rest is the algorithm's or checked before: resume_point)
     dir: Path
@@ -284,7 +284,7 @@ class Lifecycle:
         return step
 
     def save_final(self, trainer: Algorithm) -> None:
-        """The final policy in ``<run_dir>/checkpoint``, a HF model dir (:meth:`~gdro.trainer.Trainer.save`), written
+        """The final policy in ``<run_dir>/checkpoint``, a HF model dir (:meth:`~gdro.algorithm.trainer.Trainer.save`), written
         like the training checkpoints (gdro.run.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill
         at any moment leaves the previous one or the new one, and a rerun finishes a save that was cut."""
         final = self.dir / FINAL_DIR

@@ -73,7 +73,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gdro.run.ioerrors import check_creatable, named_io
+from gdro.common.ioerrors import check_creatable, named_io
 from gdro.run.lock_file import fcntl_unlock, holder_record, ident, read_record, try_lock, write_record
 from gdro.run.lock_holder import describe, live_elsewhere, new_record
 
@@ -324,7 +324,7 @@ class RunDirLock:
 
     def defer(self, fields: dict[str, Any]) -> None:
         """Keep run.json ``fields`` that the disk refused (rewritten in place: needs no new block) for the next
-        start, which records them (gdro.build)."""
+        start, which records them (gdro.compose.build)."""
         try:
             self._update(deferred={**fields, "at": datetime.now().astimezone().isoformat(timespec="seconds")})
         except OSError as err:

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gdro.run.ioerrors import named
+from gdro.common.ioerrors import named
 
 RECORD_BYTES = 4096  # one page: rewritten in place, never grown (needs no new block on a full disk)
 RECORD_GRACE_S = 2.0  # a holder that has just taken the lock writes its record a moment later

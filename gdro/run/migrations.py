@@ -13,7 +13,7 @@ JSON value that behaves as before, or ``0 per <key>``: a zero for each item of t
 holds that key). A resume reads the old config through them (gdro.run.record.config_differences, :func:`migrated`)
 and the old state (gdro.run.lifecycle, :func:`migrated_state`), so such a checkpoint continues, and nothing else is
 forgiven; no loader checks for a missing part itself. A ``key`` entry also makes a moved key given to today's gdro (in a preset, or
-``+loss.scale_rewards=``) a one-line error naming the new key (gdro.build.check_moved_keys, :func:`moved_key`).
+``+loss.scale_rewards=``) a one-line error naming the new key (gdro.compose.build.check_moved_keys, :func:`moved_key`).
 
 **When an entry can go:** the entries under schema ``s`` are needed while gdro resumes checkpoints of schema ``s``.
 Raising :data:`OLDEST_RESUMABLE` above ``s`` (a release note: such checkpoints are refused with one line) removes
@@ -26,7 +26,9 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-SCHEMA = 2  # the checkpoint schema this gdro writes (meta.json "schema")
+from gdro.common.moved import MOVED
+
+SCHEMA = 3  # the checkpoint schema this gdro writes (meta.json "schema")
 OLDEST_RESUMABLE = 0  # the oldest schema a resume accepts; lower ones are refused in one line
 
 
@@ -47,17 +49,17 @@ _MOVED = {  # #29: the package layout
     "gdro.difficulty": "gdro.controllers.difficulty", "gdro.oracle": "gdro.controllers.oracle",
     "gdro.samplers": "gdro.controllers.samplers", "gdro.rewards": "gdro.grading.rewards",
     "gdro.golds": "gdro.grading.golds", "gdro.passk": "gdro.grading.passk", "gdro.rundir": "gdro.run.lock",
-    "gdro.tracking": "gdro.run.tracking", "gdro.checkpoint": "gdro.run.checkpoint",
-    "gdro.ioerrors": "gdro.run.ioerrors", "gdro.seeding": "gdro.run.seeding", "gdro.models": "gdro.models.loading",
-    "gdro.tiny": "gdro.models.tiny", "gdro.qwen3": "gdro.models.qwen3", "gdro.prompts": "gdro.models.prompts",
-    "gdro.evaluation": "gdro.evaluation.heldout", "gdro.advantages": "gdro.loss.advantages",
+    "gdro.tracking": "gdro.algorithm.tracking", "gdro.checkpoint": "gdro.run.checkpoint",
+    "gdro.ioerrors": "gdro.common.ioerrors", "gdro.seeding": "gdro.algorithm.seeding", "gdro.models": "gdro.models.loading",
+    "gdro.tiny": "gdro.models.tiny", "gdro.qwen3": "gdro.models.qwen3", "gdro.prompts": "gdro.data.prompts",
+    "gdro.evaluation": "gdro.algorithm.heldout", "gdro.advantages": "gdro.loss.advantages",
 }
 
 MIGRATIONS: dict[int, tuple[Migration, ...]] = {
     0: (
         Migration("target", "gdro.loss.LossConfig", "gdro.loss.grpo.GRPOLoss", "#29: the loss seam"),
         *(Migration("module", old, new, "#29: the package layout") for old, new in _MOVED.items()),
-        Migration("group", "filter._target_", "gdro.filters.NoFilter", "#31: filter=none is the old behaviour"),
+        Migration("group", "filter._target_", "gdro.algorithm.filters.NoFilter", "#31: filter=none is the old behaviour"),
         Migration("group", "skip._target_", "gdro.controllers.skip.NoSkip", "#31: skip=none is the old behaviour"),
         Migration("inert", "reward.overlong_max_tokens", "reward.overlong_buffer",
                   "#37: DAPO's overlong punishment reads its L_max only with overlong_buffer > 0 (0: off, as before)"),
@@ -78,6 +80,9 @@ MIGRATIONS: dict[int, tuple[Migration, ...]] = {
                   "#50: loss=dr-grpo computed r - mean itself; it now selects advantage=dr-grpo"),
         Migration("group", "advantage._target_", "gdro.loss.advantage_estimators.GRPOAdvantage",
                   "#50: every other loss computed advantage=grpo's advantages itself"),
+    ),
+    2: (  # #50: each floor a folder; the old module paths (gdro.common.moved.MOVED) read at their new homes
+        *(Migration("module", old, new, "#50: the floor folders") for old, new in MOVED.items()),
     ),
 }
 

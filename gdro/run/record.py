@@ -6,7 +6,7 @@
   a checkpoint set aside with how it ended) and config.yaml, by the main process;
 * :func:`open_logger`: metrics.jsonl and W&B (a resume cuts metrics.jsonl back to its checkpoint).
 
-No Hydra here: the composition root (gdro.build) hands in plain values.
+No Hydra here: the composition root (gdro.compose.build) hands in plain values.
 """
 
 from __future__ import annotations
@@ -22,14 +22,18 @@ from typing import Any
 
 import torch
 
-from gdro import portable
-from gdro.distributed import Dist, SilentLogger
-from gdro.interfaces import MetricLogger
+from gdro.algorithm.samples import SAMPLES_DIR
+from gdro.algorithm.settings import RunSettings
+from gdro.algorithm.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
+from gdro.common import portable
+from gdro.common.interfaces import MetricLogger
+from gdro.common.ioerrors import named_io
+from gdro.common.validate import ConfigError, component_class, field_default
+from gdro.parallel.distributed import Dist, SilentLogger
 from gdro.run.checkpoint import (
     latest_checkpoint,
     read_meta,
 )
-from gdro.run.ioerrors import named_io
 from gdro.run.lock import check_held, held
 from gdro.run.migrations import (
     added_group,
@@ -40,17 +44,13 @@ from gdro.run.migrations import (
     renamed_target,
     schema_of,
 )
-from gdro.run.samples import SAMPLES_DIR
-from gdro.run.settings import RunSettings
-from gdro.run.tracking import LoggerConfig, RunLogger, RunRecord, git_commit
-from gdro.validate import ConfigError, component_class, field_default
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------------------------- resume
 # keys a resumed run may change: its length, its machine, how long it waits for the run dir's lock, what it shows of
-# its completions (gdro.run.samples: nothing the training reads)
+# its completions (gdro.algorithm.samples: nothing the training reads)
 RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s", "samples.every", "samples.train",
                      "samples.eval")
 
@@ -168,7 +168,7 @@ def environment_versions() -> dict[str, str]:
 def machine() -> dict[str, str]:
     """The CPU a run computed on: its model name and the instruction set torch dispatches to (``AVX512``, ``AVX2``,
     ...), both of which can change float results (and so a whole training curve) at a fixed seed; and whether the
-    portable CPU mode pinned the code paths (``GDRO_PORTABLE=1``, gdro/portable.py)."""
+    portable CPU mode pinned the code paths (``GDRO_PORTABLE=1``, gdro/common/portable.py)."""
     name = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as f:

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from gdro.run.ioerrors import named_io
+from gdro.common.ioerrors import named_io
 
 RECORD = "multirun.yaml"
 BACKUP = ".multirun.first.yaml"

@@ -198,7 +198,7 @@ def check_keys(keys: Iterable[str], valid: Iterable[str], prefix: str = "", *, e
             where = f" of {prefix.rstrip('.')}" if prefix else ""
             hint = f" (valid keys{where}: {listed})" if listed else f" ({prefix.rstrip('.')} takes no keys)"
         err = ConfigError(f"unknown key '{prefix}{key}'{hint}")
-        err.key = f"{prefix}{key}"  # read by gdro.app.precheck, which names the options that have it
+        err.key = f"{prefix}{key}"  # read by gdro.cli.app.precheck, which names the options that have it
         raise err
 
 

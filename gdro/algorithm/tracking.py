@@ -1,5 +1,5 @@
 """Run tracking: ``metrics.jsonl`` always, W&B beside it (offline unless the user has configured it); the sampled
-completions a row carries (gdro.run.samples) go to ``samples/`` and to a W&B table.
+completions a row carries (gdro.algorithm.samples) go to ``samples/`` and to a W&B table.
 
 W&B never blocks a run: ``mode=auto`` goes online only when an API key is configured and falls back
 to offline when the online init fails.
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdro.run import samples
-from gdro.run.ioerrors import named_io
+from gdro.algorithm import samples
+from gdro.common.ioerrors import named_io
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class RunLogger:
 
     def log(self, row: dict[str, Any]) -> dict[str, Any]:
         """Append ``row`` (NaN/inf written as null) and return it as written. Sampled completions in the row
-        (:data:`gdro.run.samples.ROW_KEYS`) are not metrics: each goes to its file in ``samples/`` and to a W&B table."""
+        (:data:`gdro.algorithm.samples.ROW_KEYS`) are not metrics: each goes to its file in ``samples/`` and to a W&B table."""
         shown = {kind: row[key] for kind, key in samples.ROW_KEYS.items() if key in row}
         row = {k: _clean(v) for k, v in row.items() if k not in samples.ROW_KEYS.values()}
         step = int(row["step"])

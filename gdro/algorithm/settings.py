@@ -1,6 +1,6 @@
 """The run's top-level settings (conf/train.yaml's own keys): seed, steps, batch shape, device, what is shown.
 
-Read by the algorithm (gdro.trainer.Trainer: seed, batch shape, when to evaluate) and by the run's lifecycle
+Read by the algorithm (gdro.algorithm.trainer.Trainer: seed, batch shape, when to evaluate) and by the run's lifecycle
 (gdro.run.lifecycle.Lifecycle: steps, the final save, the progress bar). A bad value fails when it is built, before any
 model loads.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gdro.run.samples import SampleConfig
+from gdro.algorithm.samples import SampleConfig
 
 
 @dataclass(frozen=True)
@@ -26,7 +26,7 @@ class RunSettings:
     progress: bool = True
     resume: bool = True  # resume from the run dir's latest checkpoint; False refuses a dir that holds one
     label: str | None = None  # this run's row name in gdro-report (None: its sampler+allocator)
-    samples: SampleConfig = field(default_factory=SampleConfig)  # completions shown (samples/, W&B; gdro.run.samples)
+    samples: SampleConfig = field(default_factory=SampleConfig)  # completions shown (samples/, W&B; gdro.algorithm.samples)
 
     def __post_init__(self) -> None:
         if self.seed < 0:

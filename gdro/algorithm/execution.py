@@ -3,7 +3,7 @@
 The trainer generates a step's groups, scores them, updates the policy, syncs the engine, checkpoints and saves
 through this one object and never learns how many processes run it, which one writes the run's files, or which rows
 of the batch this process trains on. It holds the run's :class:`~gdro.policy.Forward` (forward layouts,
-micro-batches) and its process strategy (:class:`~gdro.distributed.Dist`, ``forward.dist``), and owns the shard
+micro-batches) and its process strategy (:class:`~gdro.parallel.distributed.Dist`, ``forward.dist``), and owns the shard
 layout of the last generation round: its shard bounds and this process's slice of its rows, which scoring and the
 update read. One process with one shard: every call is the plain one (the order as sampled, every row).
 """
@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.common.rollouts import RolloutBatch, SamplingParams
 from gdro.models.loading import compute_dtype, save_model_dir
 from gdro.policy import Forward, OptimConfig, ppo_update
-from gdro.rollout.base import RolloutBatch, SamplingParams
 
 
 class Execution:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-if __name__ == "__main__":  # `python -m gdro.cli` (torchrun, tests): a Ctrl-C from here on is one line (gdro.interrupt)
-    from gdro.interrupt import interrupt_at_once
+if __name__ == "__main__":  # `python -m gdro.cli.train` (torchrun, tests): a Ctrl-C from here on is one line (gdro.common.interrupt)
+    from gdro.common.interrupt import interrupt_at_once
 
     interrupt_at_once("gdro-train")
 
@@ -24,7 +24,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from gdro.app import (
+from gdro.cli.app import (
     CONF_DIR,
     UserExit,
     errors_kept,
@@ -34,7 +34,7 @@ from gdro.app import (
     save_hydra_files,
     user_errors,
 )
-from gdro.interrupt import BEFORE_THE_RUN, say
+from gdro.common.interrupt import BEFORE_THE_RUN, say
 from gdro.run import sweep_record
 
 if TYPE_CHECKING:
@@ -58,8 +58,8 @@ def _train(cfg: DictConfig) -> float | None:
 
 
 def _job(cfg: DictConfig) -> float | None:
-    from gdro.build import build_training
-    from gdro.rollout.base import close_engine
+    from gdro.common.rollouts import close_engine
+    from gdro.compose.build import build_training
     from gdro.run.lifecycle import Interrupted, StopRequest
 
     hc = HydraConfig.get()
@@ -164,7 +164,7 @@ def _job_dir_checked(run_job):
     job is now reported at the sweep's end, one line (status 74), and the sweep goes on."""
     from hydra.core.utils import JobReturn, JobStatus
 
-    from gdro.run.ioerrors import check_creatable
+    from gdro.common.ioerrors import check_creatable
 
     def run(task_function, config, job_dir_key, job_subdir_key, *args, **kwargs):
         if job_subdir_key is None or SWEEP_REPORT_ENV not in os.environ:
@@ -238,13 +238,13 @@ def train() -> None:
     A run dir named on the command line (no ``${now:...}`` in ``hydra.run.dir``) is locked here, before Hydra
     starts the job; any other is checked for being creatable, then locked in the job. Hydra itself writes nothing
     into a run dir before the job holds its lock (its ``.hydra/`` files are written by the job, its log file is
-    opened at the first line logged). Run as ``gdro-train`` or ``python -m gdro.cli``, a Ctrl-C before the run's own
-    handler is in place is one line, status 130 (gdro.interrupt).
+    opened at the first line logged). Run as ``gdro-train`` or ``python -m gdro.cli.train``, a Ctrl-C before the run's own
+    handler is in place is one line, status 130 (gdro.common.interrupt).
     """
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     cfg = precheck(sys.argv[1:], "train", _check_train)  # every job checked with the overrides as written
     sys.argv[1:] = sweep_safe(sys.argv[1:], "train")
-    from gdro.process_group import join_before_hydra
+    from gdro.parallel.process_group import join_before_hydra
 
     sys.argv += join_before_hydra(sys.argv[1:])  # several processes (torchrun): one run dir, rank 0 writes it
     with job_log_files_closed():  # a later command in this process does not log into this run's file
@@ -258,7 +258,7 @@ def train() -> None:
 
 def _main_process() -> bool:
     """Whether this process writes the run dir: rank 0 under torchrun or a submitit job of several tasks."""
-    from gdro.process_group import export_job_environment
+    from gdro.parallel.process_group import export_job_environment
 
     export_job_environment()  # a submitit task learns its rank here (idempotent; build_training calls it too)
     return os.environ.get("RANK", "0") in ("", "0")
@@ -267,8 +267,8 @@ def _main_process() -> bool:
 @contextmanager
 def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]:
     """Hold ``run_dir``'s lock (gdro.run.lock) for the body; the other processes of a multi-process run hold none."""
+    from gdro.common.validate import build_node
     from gdro.run.lock import LockConfig, hold
-    from gdro.validate import build_node
 
     if not _main_process():
         yield None
@@ -282,7 +282,7 @@ def _run_dir_lock(cfg: DictConfig, run_dir: Path) -> Iterator[RunDirLock | None]
 def _planned_run_dir_lock(cfg: DictConfig | None) -> Iterator[None]:
     """Before Hydra starts the job: lock the run dir when the command names it (no ``${now:...}``: a dir only
     this command can resolve to), else check that it can be created. Nothing for a sweep (each job locks its own)."""
-    from gdro.run.ioerrors import check_creatable
+    from gdro.common.ioerrors import check_creatable
 
     if cfg is None:
         yield
@@ -309,7 +309,7 @@ def _stop_now(lock: RunDirLock | None, how: str) -> NoReturn:
 
 
 def _check_train(cfg: DictConfig) -> None:
-    from gdro.build import build_components
+    from gdro.compose.build import build_components
 
     build_components(cfg)  # every key, type, range and cross-field rule; loads nothing
 
@@ -367,7 +367,7 @@ if SWEEP_REPORT_ENV in os.environ:  # a sweep's job process (submitit): its laun
     _check_job_dirs()
 
 if __name__ == "__main__":
-    from gdro.interrupt import exit_now
+    from gdro.common.interrupt import exit_now
 
     try:
         train()

@@ -1,4 +1,4 @@
-"""What the entry points share (``gdro-train``: gdro.cli, ``gdro-eval``: gdro.evaluation.evaluator): a config composed and
+"""What the entry points share (``gdro-train``: gdro.cli.train, ``gdro-eval``: gdro.cli.evaluate): a config composed and
 checked before Hydra starts (:func:`precheck`), the run dir Hydra will make (:func:`planned_run_dir`), and a user
 error as one line on stderr with its exit status (:func:`user_errors`, :func:`fail`)."""
 
@@ -16,9 +16,9 @@ from typing import NoReturn
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from gdro.run.ioerrors import EXIT_IO_ERROR, atomic_write_text, named_io
+from gdro.common.ioerrors import EXIT_IO_ERROR, atomic_write_text, named_io
 
-CONF_DIR = str(Path(__file__).resolve().parent.parent / "conf")
+CONF_DIR = str(Path(__file__).resolve().parents[2] / "conf")
 
 EXIT_USER_ERROR = 2  # a bad value, key, option or override (argparse's status for a usage error)
 EXIT_IN_USE = 75  # another process holds the run dir: try again later (sysexits EX_TEMPFAIL)
@@ -30,7 +30,7 @@ _kept = False  # while a sweep's job runs in this process: its user error is kep
 @contextmanager
 def errors_kept() -> Iterator[None]:
     """While the body runs (a sweep's job), :func:`fail` prints nothing: the :class:`UserExit` it raises carries the
-    line, for the sweep to report once every job has run (gdro.cli.SweepReport)."""
+    line, for the sweep to report once every job has run (gdro.cli.train.SweepReport)."""
     global _kept
     _kept = True
     try:
@@ -40,16 +40,17 @@ def errors_kept() -> Iterator[None]:
 
 
 def _user_error_types() -> tuple[type[BaseException], ...]:
-    from gdro.build import ConfigError
+    from gdro.common.validate import ConfigError
     from gdro.models.loading import ModelUnavailableError
+    from gdro.models.lora import AdapterBaseChanged
     from gdro.run.checkpoint import CheckpointError
 
-    return (ConfigError, CheckpointError, ModelUnavailableError)
+    return (ConfigError, CheckpointError, AdapterBaseChanged, ModelUnavailableError)
 
 
 class UserExit(SystemExit):
     """The exit of a user error (``code``: its status), after its one ``line`` was printed (or, in a sweep's job,
-    kept for the sweep's report: :func:`errors_kept`, gdro.cli.SweepReport)."""
+    kept for the sweep's report: :func:`errors_kept`, gdro.cli.train.SweepReport)."""
 
     def __init__(self, line: str, status: int):
         super().__init__(status)
@@ -60,7 +61,7 @@ def fail(err: BaseException | str, label: str = "config error", status: int = EX
     """Print ``<label>: <message>`` as one line on stderr and exit with ``status`` (HYDRA_FULL_ERROR=1: re-raise)."""
     if isinstance(err, BaseException) and os.environ.get("HYDRA_FULL_ERROR") == "1":
         raise err
-    from gdro.run.ioerrors import one_line
+    from gdro.common.ioerrors import one_line
 
     if isinstance(err, BaseException):  # ConfigError and its kin carry their own label; any other user error:
         label = getattr(err, "label", "error")
@@ -78,12 +79,12 @@ def user_errors() -> Iterator[None]:
     Inside a Hydra task function, ``SystemExit`` passes through Hydra untouched, whereas any other exception is
     printed by Hydra as a chained traceback. Usable as ``with user_errors():`` or as a decorator ``@user_errors()``.
     """
-    from gdro.run.ioerrors import is_environment_error
+    from gdro.common.ioerrors import is_environment_error
     from gdro.run.lock import RunDirLocked
 
     try:
         yield
-    except (KeyboardInterrupt, SystemExit):  # first: the clauses below import gdro.build (torch), which a Ctrl-C
+    except (KeyboardInterrupt, SystemExit):  # first: the clauses below import gdro.compose.build (torch), which a Ctrl-C
         raise  #                                 may have cut in half
     except _user_error_types() as err:
         fail(err)
@@ -101,7 +102,7 @@ def job_log_files_closed() -> Iterator[None]:
     (conf/hydra/job_logging/gdro.yaml: ``<run dir>/<job name>.log``, opened at the first line logged).
 
     Hydra leaves them in place after its job. A second command in the same process (a notebook, a test, a script
-    that calls ``gdro.cli.train`` twice) would log its first lines, before its own job's logging replaces them, into
+    that calls ``gdro.cli.train.train`` twice) would log its first lines, before its own job's logging replaces them, into
     the previous run's file, and fail on them with that file's "No such file or directory" where the previous run dir
     has been removed since."""
     try:
@@ -233,7 +234,7 @@ def precheck(argv: list[str], config_name: str, check: Callable[[DictConfig], ob
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from gdro.validate import ConfigError
+    from gdro.common.validate import ConfigError
 
     args, unknown = get_args_parser().parse_known_args(argv)
     if unknown or args.help or args.hydra_help or args.cfg or args.info or args.shell_completion or \

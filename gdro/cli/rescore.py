@@ -38,12 +38,12 @@ from typing import Any, NoReturn
 
 import numpy as np
 
+from gdro.common.interfaces import Problem
+from gdro.common.ioerrors import EXIT_IO_ERROR, atomic_write, check_creatable, is_environment_error, one_line
 from gdro.data.benchmark_specs import BENCHMARKS, MATH_SUFFIX
 from gdro.data.benchmarks import DataFileError, load_benchmark, read_json_lines
 from gdro.grading.reward_config import EVAL_BOXES, RewardConfig
 from gdro.grading.rewards import MathVerifyReward
-from gdro.interfaces import Problem
-from gdro.run.ioerrors import EXIT_IO_ERROR, atomic_write, check_creatable, is_environment_error, one_line
 
 TEXT_KEYS = ("completion", "response")
 LIST_KEYS = ("completions", "responses")

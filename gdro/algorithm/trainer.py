@@ -4,7 +4,7 @@ One step reads like the algorithm (:meth:`Trainer._step`; docs/architecture.md):
 generate (ragged) → reward → group advantages → loss weights → clipped-surrogate update → controller updates → log.
 The run around it (run dir, lock, run.json, checkpoints, resume, signals, the final save) is gdro.run.lifecycle.Lifecycle's, which
 drives the loop and checkpoints the algorithm through :meth:`Trainer.state_dict`. How a step runs (forward layouts,
-micro-batches, processes) is the execution layer's (gdro.execution.Execution), handed in; the algorithm asks it to
+micro-batches, processes) is the execution layer's (gdro.algorithm.execution.Execution), handed in; the algorithm asks it to
 generate, score, update, sync, checkpoint and save, and nothing here branches on how it does so.
 """
 
@@ -18,20 +18,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from gdro.algorithm import seeding
+from gdro.algorithm.execution import Execution
+from gdro.algorithm.filters import Drawn, Filter, NoFilter
+from gdro.algorithm.heldout import EvalConfig, evaluate
+from gdro.algorithm.samples import ROW_KEYS, train_records
+from gdro.algorithm.seeding import derive_seed, rng_state, set_rng_state
+from gdro.algorithm.settings import RunSettings
+from gdro.algorithm.tracking import StepClock
+from gdro.common.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
+from gdro.common.rollouts import SamplingParams
 from gdro.controllers.ledger import ComputeLedger, rollout_metrics
-from gdro.evaluation.heldout import EvalConfig, evaluate
-from gdro.execution import Execution
-from gdro.filters import Drawn, Filter, NoFilter
-from gdro.interfaces import Controllers, Problems, PromptPool, Reward, StepFeedback
 from gdro.loss import Objective
 from gdro.models.loading import Policy
 from gdro.policy import OptimConfig
-from gdro.rollout.base import SamplingParams
-from gdro.run import seeding
-from gdro.run.samples import ROW_KEYS, train_records
-from gdro.run.seeding import derive_seed, rng_state, set_rng_state
-from gdro.run.settings import RunSettings
-from gdro.run.tracking import StepClock
 
 
 @dataclass
@@ -50,7 +50,7 @@ class Trainer:
     """The algorithm: :meth:`step` takes one GRPO step and returns its row; :meth:`state_dict` is what a checkpoint
     holds of it. Call :meth:`setup` once before either (gdro.run.lifecycle.Lifecycle does)."""
 
-    settings: RunSettings  # the run's top-level settings (conf/train.yaml; gdro.run.settings)
+    settings: RunSettings  # the run's top-level settings (conf/train.yaml; gdro.algorithm.settings)
     policy: Policy  # the policy model, its tokenizer, its engine, its frozen reference (gdro.models.loading)
     reward: Reward
     controllers: Controllers
@@ -59,8 +59,8 @@ class Trainer:
     optim_cfg: OptimConfig
     eval_cfg: EvalConfig
     train_sampling: SamplingParams
-    execution: Execution  # how a step runs (forward layouts, micro-batches, processes): gdro.execution
-    filter: Filter = field(default_factory=NoFilter)  # which generated groups a step trains on (gdro.filters)
+    execution: Execution  # how a step runs (forward layouts, micro-batches, processes): gdro.algorithm.execution
+    filter: Filter = field(default_factory=NoFilter)  # which generated groups a step trains on (gdro.algorithm.filters)
     st: _State | None = field(default=None, init=False, repr=False)  # set up by setup()
 
     def setup(self) -> None:
@@ -178,7 +178,7 @@ class Trainer:
     def _evaluate_here(self) -> dict[str, Any]:
         clock = StepClock()
         out = evaluate(self.policy.engine, self.problems.test, self.reward, self.eval_cfg,
-                       self.train_sampling.max_new_tokens, shown=self.settings.samples.eval)  # and a bounded sample of its completions (gdro.run.samples)
+                       self.train_sampling.max_new_tokens, shown=self.settings.samples.eval)  # and a bounded sample of its completions (gdro.algorithm.samples)
         return out | {"time/eval_s": clock.elapsed()}
 
     def save(self, path: Path) -> None:

@@ -1,5 +1,5 @@
 """The composition root: the one place that turns a Hydra ``DictConfig`` into components (each ``_target_`` built by
-``gdro.validate``) and wires them, in named steps that training and ``gdro-eval`` share:
+``gdro.common.validate``) and wires them, in named steps that training and ``gdro-eval`` share:
 
     build_components   every key and value checked, every component built; nothing loaded
     place              torch's threads and seed, this process's device
@@ -9,7 +9,7 @@
     make_policy        the model, its frozen reference, its rollout engine, sharded across processes where there are
     make_logger        metrics.jsonl and W&B (training; gdro.run.record.open_logger)
 
-then the algorithm (gdro.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Lifecycle), paired as a :class:`Training`.
+then the algorithm (gdro.algorithm.trainer.Trainer) and its lifecycle (gdro.run.lifecycle.Lifecycle), paired as a :class:`Training`.
 
 Everything cheap is built and validated first, so a bad value fails with a message naming its key before any model
 is loaded. The execution layer (how a step runs: ``Forward``, the ``Dist`` strategy) is built here and handed in.
@@ -28,27 +28,27 @@ from typing import TYPE_CHECKING, Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from gdro import distributed, process_group
+from gdro.algorithm.execution import Execution
+from gdro.algorithm.filters import DynamicSampling, Filter, NoFilter
+from gdro.algorithm.settings import RunSettings
+from gdro.algorithm.trainer import Trainer
+from gdro.common.interfaces import Controllers, Problem, Problems
+from gdro.common.validate import ConfigError, validate_config
 from gdro.controllers.skip import NoSkip
-from gdro.distributed import Dist
-from gdro.execution import Execution
-from gdro.filters import DynamicSampling, Filter, NoFilter
-from gdro.interfaces import Controllers, Problem, Problems
 from gdro.loss import Objective
 from gdro.models.loading import Policy, lora_target_problem
 from gdro.models.source import model_provenance
+from gdro.parallel import distributed, process_group
+from gdro.parallel.distributed import Dist
 from gdro.policy import Forward
 from gdro.run.lifecycle import Lifecycle
 from gdro.run.lock import LockConfig
 from gdro.run.record import open_logger, open_run_dir, resume_point, run_meta
-from gdro.run.settings import RunSettings
-from gdro.trainer import Trainer
-from gdro.validate import ConfigError, validate_config
 
 if TYPE_CHECKING:
-    from gdro.distributed import DistConfig
-    from gdro.evaluation.heldout import EvalConfig
-    from gdro.interfaces import (
+    from gdro.algorithm.heldout import EvalConfig
+    from gdro.algorithm.tracking import LoggerConfig, RunRecord
+    from gdro.common.interfaces import (
         DifficultyClassifier,
         MetricLogger,
         ProblemSource,
@@ -58,9 +58,9 @@ if TYPE_CHECKING:
     )
     from gdro.loss import AdvantageEstimator, Loss
     from gdro.models.loading import ModelSpec
+    from gdro.parallel.distributed import DistConfig
     from gdro.policy import OptimConfig
     from gdro.run.checkpoint import CheckpointConfig
-    from gdro.run.tracking import LoggerConfig, RunRecord
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class Components:
     sampler: PromptSampler  # with skip=greso, wrapped in its pre-rollout skip (gdro.controllers.skip)
     skip: Any  # gdro.controllers.skip.NoSkip | GresoSkip
     allocator: RolloutAllocator
-    filter: Filter  # which generated groups a step trains on (gdro.filters)
+    filter: Filter  # which generated groups a step trains on (gdro.algorithm.filters)
     rollout: Any  # the engine's config: gdro.rollout.hf.HFEngineConfig | gdro.rollout.vllm.VLLMEngineConfig
     advantage: AdvantageEstimator  # rewards -> advantages (gdro.loss.advantage_estimators), handed to the loss
     loss: Loss
@@ -94,7 +94,7 @@ class Components:
 
 
 def build_components(cfg: DictConfig) -> Components:
-    """Check every key and value (gdro.validate), then build the run settings and every group's component.
+    """Check every key and value (gdro.common.validate), then build the run settings and every group's component.
 
     Unknown keys, wrong types, ranges and cross-field rules fail here as a one-line ConfigError naming the key;
     no model or dataset is loaded.
@@ -133,8 +133,8 @@ def check_moved_keys(cfg: DictConfig) -> None:
     """A key gdro moved to another group (gdro.run.migrations, kind ``key``: #50's ``loss.scale_rewards`` is
     ``advantage.scale_rewards``), set in a preset or with ``+key=``: a ConfigError naming the new key (unless the
     group's component, a user's own, has a key of that name)."""
+    from gdro.common.validate import node_schema
     from gdro.run.migrations import moved_key
-    from gdro.validate import node_schema
 
     for group in GROUPS:
         node = cfg.get(group)
@@ -214,7 +214,7 @@ def place(threads: int | None, device: str, *, seed: int | None = None) -> torch
 
 
 def join_processes(cfg: DistConfig, device: torch.device, prompts_per_step: int) -> Dist:
-    """The run's distribution strategy (gdro.distributed): one process, or the process group ``torchrun`` set up."""
+    """The run's distribution strategy (gdro.parallel.distributed): one process, or the process group ``torchrun`` set up."""
     try:
         return distributed.init(cfg, device, prompts_per_step)
     except ValueError as err:

@@ -1,8 +1,8 @@
 """The Ctrl-C handler an entry point installs before it imports anything heavy.
 
 A Ctrl-C that lands while Python imports torch, Hydra or transformers cuts the import in half; any later import of
-the same module (an error handler that imports gdro.build, say) may then segfault or abort in C++. So the entry
-points (gdro.entry, ``python -m gdro.cli``) install :func:`interrupt_at_once` first: until the run installs its own
+the same module (an error handler that imports gdro.compose.build, say) may then segfault or abort in C++. So the entry
+points (gdro.cli.entry, ``python -m gdro.cli.train``) install :func:`interrupt_at_once` first: until the run installs its own
 handler (gdro.run.lifecycle.StopRequest: finish the step, save, exit), a SIGINT prints one line and ends the process
 with status 130 without running any more Python (``os._exit``: no half-imported module is touched again, nothing is
 written). What has been written before that moment stays as it was (a lock the process held is dropped by the

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
+from gdro.algorithm import samples as run_samples
+from gdro.common.rollouts import Generator, SamplingParams
 from gdro.grading.passk import pass_at_k
-from gdro.rollout.base import Generator, SamplingParams
-from gdro.run import samples as run_samples
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def evaluate(
     training reward's window). ``samples``, when given, receives one record per completion (uid,
     sample index, completion, finished, correct): what ``gdro-rescore`` reads back. ``shown`` > 0: ``shown`` of the
     completions, evenly spaced and the same ones at every evaluation (so their problems can be followed across a
-    run), also go out as records under ``samples/eval`` (gdro.run.samples; no RNG is drawn).
+    run), also go out as records under ``samples/eval`` (gdro.algorithm.samples; no RNG is drawn).
     """
     probs = subset(problems, cfg.max_problems)
     roll = engine.generate(

@@ -270,7 +270,7 @@ class Reward(Protocol):
     def metrics(self, batch: RewardBatch) -> dict[str, float]: ...
 
     def for_eval(self) -> Reward:
-        """The reward that held-out evaluation scores with (gdro.evaluation.heldout.evaluate); by default this one."""
+        """The reward that held-out evaluation scores with (gdro.algorithm.heldout.evaluate); by default this one."""
         return self
 
     def use_golds(self, table: Any) -> None:

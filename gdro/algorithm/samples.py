@@ -3,7 +3,7 @@ evaluation, as ``samples/train_NNNNNN.jsonl`` / ``samples/eval_NNNNNN.jsonl`` in
 (``samples/train``, ``samples/eval``): TRL's ``log_completions``, verl's generations table.
 
 The trainer puts a step's records in its row under :data:`ROW_KEYS`; the run's logger
-(:class:`gdro.run.tracking.RunLogger`) takes them out of the row, so metrics.jsonl is as it was, and writes each
+(:class:`gdro.algorithm.tracking.RunLogger`) takes them out of the row, so metrics.jsonl is as it was, and writes each
 file atomically (a step rerun after a resume replaces its own file). Which records are shown is a pure function of
 the step and the batch (:func:`pick`): no RNG is drawn, so a run's metrics are the same with samples on or off.
 """
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gdro.run.ioerrors import named_io
+from gdro.common.ioerrors import named_io
 
 SAMPLES_DIR = "samples"
 ROW_KEYS = {"train": "samples/train", "eval": "samples/eval"}  # kind -> the row key and the W&B table's name
@@ -79,8 +79,8 @@ def _verdict(scored: Any, i: int) -> str:
 
 def records(roll: Any, scored: Any, problems: Sequence[Any], rows: Sequence[int], *, bins: Sequence[int] | None,
             n: Sequence[int]) -> list[dict[str, Any]]:
-    """One record per row of ``rows`` of a rollout batch ``roll`` (gdro.rollout.base.RolloutBatch) scored as
-    ``scored`` (gdro.interfaces.RewardBatch); ``problems[g]``, ``bins[g]`` and ``n[g]`` are group ``g``'s problem,
+    """One record per row of ``rows`` of a rollout batch ``roll`` (gdro.common.rollouts.RolloutBatch) scored as
+    ``scored`` (gdro.common.interfaces.RewardBatch); ``problems[g]``, ``bins[g]`` and ``n[g]`` are group ``g``'s problem,
     difficulty bin (None: not binned; an unseen prompt's as :data:`COLUMNS`' comment says) and rollouts. The step is stamped when the records are written."""
     out = []
     for i in rows:
@@ -94,7 +94,7 @@ def records(roll: Any, scored: Any, problems: Sequence[Any], rows: Sequence[int]
 
 
 def train_records(step: int, kept: Any, pool: Sequence[Any], count: int) -> list[dict[str, Any]]:
-    """``count`` records of a training step's trained groups ``kept`` (gdro.filters.Drawn: ids, bins, n, roll,
+    """``count`` records of a training step's trained groups ``kept`` (gdro.algorithm.filters.Drawn: ids, bins, n, roll,
     scored), drawn from the training ``pool`` of problems, the rows at :func:`pick`'s places."""
     rows = pick(len(kept.roll.texts), count, step)
     return records(kept.roll, kept.scored, [pool[i] for i in kept.ids], rows, bins=kept.bins, n=kept.n)

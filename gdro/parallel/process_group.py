@@ -1,5 +1,5 @@
 """How the processes of a run (``torchrun``, or a submitit job of several tasks) find each other before the
-strategy (gdro.distributed) exists: the world size announced, a submitit job's environment set as ``torchrun`` sets
+strategy (gdro.parallel.distributed) exists: the world size announced, a submitit job's environment set as ``torchrun`` sets
 it, the process group joined before Hydra starts, and each process's own device."""
 
 from __future__ import annotations

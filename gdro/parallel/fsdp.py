@@ -1,5 +1,5 @@
 """FSDP2 (``torch.distributed.fsdp.fully_shard``) on the policy for the process-group strategy
-(gdro.distributed): each decoder layer its own unit, and the log-prob paths run inside one call of the root unit
+(gdro.parallel.distributed): each decoder layer its own unit, and the log-prob paths run inside one call of the root unit
 (:func:`in_root`) so that its gathered parameters serve both the backbone and the head."""
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from gdro.common.interfaces import RewardBatch
+from gdro.common.rollouts import RolloutBatch, concat_rollouts
 from gdro.controllers.ledger import mixed_groups
-from gdro.interfaces import RewardBatch
-from gdro.rollout.base import RolloutBatch, concat_rollouts
 
 __all__ = ["Collected", "Drawn", "DynamicSampling", "Filter", "NoFilter"]
 
@@ -125,7 +125,7 @@ class DynamicSampling:
     the same way); the rest count as discarded. When the cap is hit with fewer, the step trains on those it holds;
     with none at all, on round 0's groups as GRPO would (their policy gradient is 0), never on an empty batch, and the
     first such step of a run logs a warning (a reward that is always the same spins through every round of every
-    step). Groups of one rollout, which never hold two rewards, are refused before the run (gdro.build).
+    step). Groups of one rollout, which never hold two rewards, are refused before the run (gdro.compose.build).
     """
 
     def __init__(self, max_rounds: int = 4, oversample: float = 1.0):

@@ -36,21 +36,28 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from gdro.app import CONF_DIR, job_log_files_closed, planned_run_dir, precheck, save_hydra_files, user_errors
-from gdro.build import ConfigError, check_engine, load_splits, make_policy, place
+from gdro.cli.app import (
+    CONF_DIR,
+    job_log_files_closed,
+    planned_run_dir,
+    precheck,
+    save_hydra_files,
+    user_errors,
+)
+from gdro.common.interfaces import Problem
+from gdro.common.ioerrors import atomic_write, atomic_write_text, named_io
+from gdro.common.rollouts import close_engine
+from gdro.common.validate import ConfigError, validate_config
+from gdro.compose.build import check_engine, load_splits, make_policy, place
 from gdro.data.benchmark_specs import BENCHMARKS
 from gdro.data.benchmarks import load_benchmark
 from gdro.data.synthetic import CopyTask
-from gdro.distributed import Dist
-from gdro.interfaces import Problem
 from gdro.models.source import model_provenance
-from gdro.rollout.base import close_engine
-from gdro.run.ioerrors import atomic_write, atomic_write_text, named_io
-from gdro.validate import validate_config
+from gdro.parallel.distributed import Dist
 
 if TYPE_CHECKING:
-    from gdro.evaluation.heldout import EvalConfig
-    from gdro.interfaces import Reward
+    from gdro.algorithm.heldout import EvalConfig
+    from gdro.common.interfaces import Reward
     from gdro.models.loading import ModelSpec
 
 log = logging.getLogger("gdro.eval")
@@ -219,7 +226,7 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
 def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
     """Validate ``cfg``, load the model, evaluate every benchmark, write ``samples.jsonl``, ``eval.md`` and, last,
     ``eval.json`` to ``out_dir`` (:func:`write_results`)."""
-    from gdro.evaluation.heldout import evaluate
+    from gdro.algorithm.heldout import evaluate
 
     plan = build_plan(cfg)
     device = place(plan.app.threads, plan.app.device)
@@ -265,7 +272,7 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
 
 def write_results(out_dir: Path, record: dict[str, Any], samples: list[dict], md: str) -> None:
     """``samples.jsonl`` (every completion and its verdict, read by gdro-rescore), ``eval.md``, then ``eval.json``:
-    each whole or not at all (gdro.run.ioerrors.atomic_write; a failure names its file), eval.json last, so that
+    each whole or not at all (gdro.common.ioerrors.atomic_write; a failure names its file), eval.json last, so that
     it is there only when the evaluation finished and its other files are this evaluation's. An earlier
     evaluation's eval.json goes first: a failure midway leaves none, not one beside newer files."""
     with named_io(out_dir / "eval.json"):
@@ -290,7 +297,7 @@ def _eval(cfg: DictConfig) -> float:
 def _check_out(out: Path) -> None:
     """``out`` must be a directory, or creatable as one: an existing file is a config error, an unwritable place an
     I/O error naming the directory (both before any model loads)."""
-    from gdro.run.ioerrors import check_creatable
+    from gdro.common.ioerrors import check_creatable
 
     if out.exists() and not out.is_dir():
         raise ConfigError(f"out={out}: is a file; eval.json and eval.md go into a directory")
@@ -321,12 +328,12 @@ def _suite_alias(argv: list[str]) -> list[str]:
 
 def main() -> None:
     """Console script ``gdro-eval``: a user error (bad key, value, benchmark, checkpoint, output) is one line on
-    stderr with a non-zero exit (gdro.app.user_errors)."""
+    stderr with a non-zero exit (gdro.cli.app.user_errors)."""
     logging.raiseExceptions = False  # a full disk must not print a traceback for every log line the file can't take
     sys.argv[1:] = _suite_alias(sys.argv[1:])
     cfg = precheck(sys.argv[1:], "eval_app", _check)
     if cfg is not None:  # Hydra's own mkdir would fail with a traceback
-        from gdro.run.ioerrors import check_creatable
+        from gdro.common.ioerrors import check_creatable
 
         with user_errors():
             check_creatable(planned_run_dir(cfg)[0])

@@ -1,6 +1,6 @@
 """Data-parallel training across processes (``torchrun``): the step's groups split across ranks, FSDP2 underneath.
 
-    torchrun --standalone --nproc_per_node 8 -m gdro.cli experiment=paper model=qwen3-8b
+    torchrun --standalone --nproc_per_node 8 -m gdro.cli.train experiment=paper model=qwen3-8b
 
 Every rank runs the same controllers on the same inputs (classifier, sampler, allocator: identical state, no
 communication needed to agree on prompts, bins and allocations). The step's prompts are then split into
@@ -10,7 +10,7 @@ same order. Each rank scores its own rows and the verdicts are all-gathered as w
 time bound depends on timing). Advantages, multipliers, the controllers' feedback and the metrics are then
 computed on every rank alike. The update is data-parallel: each rank forwards and backwards only its own shard's rows, with
 the loss's denominators (token-mean over the whole mini-batch) taken from the whole batch, and FSDP2
-(``torch.distributed.fsdp.fully_shard``, :mod:`gdro.fsdp`) reduce-scatters the gradients (their mean, times the world size), so the update equals the
+(``torch.distributed.fsdp.fully_shard``, :mod:`gdro.parallel.fsdp`) reduce-scatters the gradients (their mean, times the world size), so the update equals the
 one-process update on the same rollouts up to float rounding. The controllers' per-response losses are
 summed over ranks (each row is computed on exactly one rank).
 
@@ -22,7 +22,7 @@ whose collectives are identities and whose decisions are the plain ones (as a si
 :class:`ProcessGroupDist` the form over a ``torch.distributed`` process group. The trainer and the update call the
 same methods either way and never branch on the number of processes; a new backend is one more subclass. How the
 processes find each other before that (the world size, the process group joined before Hydra starts, each process's
-device) is :mod:`gdro.process_group`.
+device) is :mod:`gdro.parallel.process_group`.
 """
 
 from __future__ import annotations
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from gdro.fsdp import is_sharded, shard_fsdp
-from gdro.process_group import env_world_size, resolve_backend
-from gdro.rollout.base import RolloutBatch, concat_rollouts
+from gdro.common.rollouts import RolloutBatch, concat_rollouts
+from gdro.parallel.fsdp import is_sharded, shard_fsdp
+from gdro.parallel.process_group import env_world_size, resolve_backend
 
 BACKENDS = ("auto", "gloo", "nccl")
 
