@@ -39,7 +39,7 @@ from tests.conftest import FAST, compose_cfg
 torch.set_num_threads(1)
 F64 = torch.float64
 ESTIMATORS = ["grpo", "dr-grpo", "rloo", "reinforce-pp", "grpo-passk"]
-LOSSES = ["grpo", "gspo", "dr-grpo", "dapo", "bnpo", "cispo", "sapo"]
+LOSSES = ["grpo", "gspo", "dr-grpo", "dapo", "bnpo", "cispo", "sapo", "vespo", "luspo"]
 
 
 # ------------------------------------------------------------------------------ references: rationals, plain loops

@@ -97,7 +97,7 @@ CASES = [
     ("sampler=mopps sampler.prior_alpha=0", "sampler.prior_alpha=0"),
     # options, targets and override syntax
     ("sampler=nope", "sampler=nope"),
-    ("loss=nope", "loss=nope: no such option (available: bnpo, cispo, dapo, dr-grpo, grpo, gspo, sapo)"),
+    ("loss=nope", "loss=nope: no such option (available: bnpo, cispo, dapo, dr-grpo, grpo, gspo, luspo, sapo, vespo)"),
     ("sampler._target_=nope.Nope", "sampler._target_"),
     ("steps=[1,2", "steps=[1,2"),
 ]

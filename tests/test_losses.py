@@ -418,7 +418,7 @@ def test_ppo_update_is_the_same_in_any_micro_batches(tiny_roll, loss):
 
 # ---------------------------------------------------------------------------------------- real runs
 @pytest.mark.slow
-@pytest.mark.parametrize("loss", ["gspo", "dr-grpo", "dapo", "bnpo", "cispo", "sapo"])
+@pytest.mark.parametrize("loss", ["gspo", "dr-grpo", "dapo", "bnpo", "cispo", "sapo", "vespo", "luspo"])
 def test_each_loss_trains_with_rollout_gdro(loss: str, tmp_path: Path):
     """``gdro-train experiment=smoke loss=<loss> allocator=rollout-gdro`` runs end to end (2 mini-batches per
     step: GSPO's sequence clip acts), with the KL, and logs the loss's metrics at every step. Its 8 prompts a

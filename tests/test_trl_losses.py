@@ -1,8 +1,11 @@
-"""``loss=dapo|bnpo|cispo|sapo`` against TRL's own ``GRPOTrainer._compute_loss`` (TRL 1.16, a dev extra), value and
-gradient w.r.t. the log-probs on the same tensors: ragged masks (one row without a valid token), advantages of
-both signs and 0, ratios across both clip edges. The TRL trainer is built with ``object.__new__`` and the
-attributes ``_compute_loss`` reads; its forward (``_get_per_token_logps_and_entropies``) is a stand-in that
-returns the given log-probs. Also: the losses' seam properties and ``scale_rewards`` against hand-computed
+"""Every loss the README says equals TRL (``loss=grpo|dr-grpo|gspo|dapo|bnpo|cispo|sapo|vespo|luspo``) against TRL's
+own ``GRPOTrainer._compute_loss`` (TRL 1.16, a dev extra), value and gradient w.r.t. the log-probs on the same
+tensors: ragged masks (one row without a valid token), advantages of both signs and 0, ratios across both clip
+edges. The TRL trainer is built with ``object.__new__`` and the attributes ``_compute_loss`` reads; its forward
+(``_get_per_token_logps_and_entropies``) is a stand-in that returns the given log-probs and entropies. The options
+every loss shares with TRL (``use_bias_correction_kl``, ``off_policy_mask_threshold``, ``top_entropy_quantile``),
+the empty-row denominator (``count_empty_rows``) and ``clip_ratio_c`` below ``1 + clip_high``:
+tests/test_trl_losses_options.py, on this file's harness. Also: the losses' seam properties and ``scale_rewards`` against hand-computed
 advantages. Each loss in a real ``gdro-train`` with ``allocator=rollout-gdro`` and ragged groups (slow):
 tests/test_losses.py::test_each_loss_trains_with_rollout_gdro.
 """
@@ -18,7 +21,20 @@ import numpy as np
 import pytest
 import torch
 
-from gdro.loss import BatchCounts, BNPOLoss, CISPOLoss, DAPOLoss, GRPOAdvantage, LossInputs, SAPOLoss
+from gdro.loss import (
+    BatchCounts,
+    BNPOLoss,
+    CISPOLoss,
+    DAPOLoss,
+    DrGRPOLoss,
+    GRPOAdvantage,
+    GRPOLoss,
+    GSPOLoss,
+    LossInputs,
+    LUSPOLoss,
+    SAPOLoss,
+    VESPOLoss,
+)
 from gdro.loss.advantages import group_advantages
 
 F64 = torch.float64
@@ -47,20 +63,34 @@ class _OneMachine:
     def reduce(self, x, reduction="sum"):
         return x
 
+    def pad_across_processes(self, x, dim=0, pad_index=0):
+        return x
+
+
+# gdro's loss class -> (TRL loss_type, importance_sampling_level); GSPO is TRL's grpo at the sequence level
+_KINDS = {"GRPOLoss": ("grpo", "token"), "DrGRPOLoss": ("dr_grpo", "token"), "GSPOLoss": ("grpo", "sequence"),
+          "DAPOLoss": ("dapo", "token"), "BNPOLoss": ("bnpo", "token"), "CISPOLoss": ("cispo", "token"),
+          "SAPOLoss": ("sapo", "token"), "VESPOLoss": ("vespo", "token"), "LUSPOLoss": ("luspo", None)}
+
 
 def _trl(cls, loss, *, ga: int = 1, spg: int = 1, processes: int = 1):
     """A ``GRPOTrainer`` with only what ``_compute_loss`` reads, set from gdro's ``loss`` (TRL's names)."""
     t = object.__new__(cls)
-    kind = type(loss).__name__.removesuffix("Loss").lower()
+    kind, level = _KINDS[type(loss).__name__]
     attributes = {
         "loss_type": kind, "beta": loss.beta_kl, "epsilon_low": getattr(loss, "clip_low", 0.2),
         "epsilon_high": loss.ratio_max if kind == "cispo" else getattr(loss, "clip_high", 0.2),
-        "importance_sampling_level": "token", "top_entropy_quantile": 1.0, "off_policy_mask_threshold": None,
+        "importance_sampling_level": level or loss.level, "top_entropy_quantile": loss.top_entropy_quantile,
+        "off_policy_mask_threshold": loss.off_policy_mask_threshold,
         "use_vllm": False, "vllm_importance_sampling_correction": False, "aux_loss_enabled": False,
-        "_entropy_bonus_enabled": False, "max_completion_length": T, "current_gradient_accumulation_steps": ga,
-        "args": SimpleNamespace(use_bias_correction_kl=False, delta=getattr(loss, "clip_ratio_c", None),
+        "_entropy_bonus_enabled": False, "max_completion_length": getattr(loss, "max_new_tokens", T),
+        "current_gradient_accumulation_steps": ga,
+        "args": SimpleNamespace(use_bias_correction_kl=loss.use_bias_correction_kl,
+                                delta=getattr(loss, "clip_ratio_c", None),
                                 sapo_temperature_pos=getattr(loss, "tau_pos", 1.0),
-                                sapo_temperature_neg=getattr(loss, "tau_neg", 1.05), steps_per_generation=spg),
+                                sapo_temperature_neg=getattr(loss, "tau_neg", 1.05), steps_per_generation=spg,
+                                vespo_k_pos=getattr(loss, "k_pos", 2.0), vespo_lambda_pos=getattr(loss, "lambda_pos", 3.0),
+                                vespo_k_neg=getattr(loss, "k_neg", 3.0), vespo_lambda_neg=getattr(loss, "lambda_neg", 2.0)),
         "model": SimpleNamespace(training=True), "accelerator": _OneMachine(processes),
         "_metrics": {"train": defaultdict(list), "eval": defaultdict(list)},
     }
@@ -69,13 +99,14 @@ def _trl(cls, loss, *, ga: int = 1, spg: int = 1, processes: int = 1):
     return t
 
 
-def _trl_loss(trainer, logp, old, ref, mask, adv, num_items: float) -> torch.Tensor:
-    """TRL's ``_compute_loss`` on one micro-batch whose forward returns ``logp`` (its rows' token log-probs)."""
+def _trl_loss(trainer, logp, old, ref, mask, adv, num_items: float, entropy=None) -> torch.Tensor:
+    """TRL's ``_compute_loss`` on one micro-batch whose forward returns ``logp`` (its rows' token log-probs) and
+    ``entropy`` (zeros when None)."""
     rows = logp.shape[0]
 
     def forward(model, input_ids, attention_mask, logits_to_keep, **kwargs):
         assert logits_to_keep == logp.shape[1] and input_ids.shape[0] == rows
-        return logp, torch.zeros_like(logp), None
+        return logp, torch.zeros_like(logp) if entropy is None else entropy, None
 
     trainer._get_per_token_logps_and_entropies = forward
     inputs = {
@@ -102,12 +133,25 @@ def _batch(seed: int = 0):
 
 
 LOSSES = {
+    # TRL's grpo: each response's token mean over all the responses, an empty one included (count_empty_rows)
+    "grpo": GRPOLoss(beta_kl=0.04, agg="seq-mean-token-mean", count_empty_rows=True),
+    "grpo-delta": GRPOLoss(beta_kl=0.0, clip_high=0.2, agg="seq-mean-token-mean", count_empty_rows=True,
+                           clip_ratio_c=1.6),
+    "dr-grpo": DrGRPOLoss(max_new_tokens=10, beta_kl=0.04),
+    # GSPO's recipe clip (3e-4 / 4e-4) clips nearly every response here; a wider one leaves some of each
+    "gspo": GSPOLoss(beta_kl=0.04, clip_low=0.2, clip_high=0.28, count_empty_rows=True),
+    "gspo-recipe": GSPOLoss(beta_kl=0.0, count_empty_rows=True),
     "dapo": DAPOLoss(beta_kl=0.04),
     "dapo-delta": DAPOLoss(beta_kl=0.0, clip_ratio_c=1.6),
     "bnpo": BNPOLoss(beta_kl=0.04, clip_high=0.2),
     "cispo": CISPOLoss(beta_kl=0.04, ratio_max=1.3),
     "sapo": SAPOLoss(beta_kl=0.04, tau_pos=1.0, tau_neg=1.05),
     "sapo-no-kl": SAPOLoss(beta_kl=0.0, tau_pos=2.0, tau_neg=3.5),
+    "vespo": VESPOLoss(beta_kl=0.04),
+    "vespo-no-kl": VESPOLoss(beta_kl=0.0, k_pos=1.5, lambda_pos=0.5, k_neg=0.25, lambda_neg=4.0),
+    "luspo": LUSPOLoss(beta_kl=0.04, clip_low=0.2, clip_high=0.28),
+    "luspo-recipe": LUSPOLoss(beta_kl=0.0),
+    "luspo-token-delta": LUSPOLoss(beta_kl=0.04, clip_low=0.2, clip_high=0.28, clip_ratio_c=1.5, level="token"),
 }
 
 
@@ -117,27 +161,29 @@ def _tol(name: str) -> dict[str, float]:
     return {"rtol": 1e-6, "atol": 1e-9} if name == "sapo" else {"rtol": 1e-9, "atol": 1e-9}
 
 
-def _ours(loss, logp, old, ref, mask, adv, counts, parts):
+def _ours(loss, logp, old, ref, mask, adv, counts, parts, entropy=None):
     """gdro's loss summed over the micro-batches ``parts`` (row lists) of a mini-batch with ``counts``, and its
     gradient w.r.t. ``logp``."""
     x = logp.detach().clone().requires_grad_(True)
     total = torch.zeros((), dtype=F64)
     for rows in parts:
         value, _, _ = loss.compute(LossInputs(x[rows], old[rows], mask[rows], adv[rows],
-                                              ref[rows] if loss.beta_kl > 0 else None), counts)
+                                              ref[rows] if loss.beta_kl > 0 else None,
+                                              entropy=None if entropy is None else entropy[rows]), counts)
         total = total + value
     total.backward()
     return total.detach(), x.grad
 
 
-def _theirs(trainer, logp, old, ref, mask, adv, num_items, parts, *, scale: float = 1.0):
+def _theirs(trainer, logp, old, ref, mask, adv, num_items, parts, *, scale: float = 1.0, entropy=None):
     """TRL's losses summed over its micro-batches ``parts`` (gradient accumulation; processes averaged by
     ``scale``), and the gradient w.r.t. ``logp``."""
     x = logp.detach().clone().requires_grad_(True)
     total = torch.zeros((), dtype=F64)
     for rows in parts:
         leaf = x[rows].detach().clone().requires_grad_(True)
-        value = _trl_loss(trainer, leaf, old[rows], ref[rows], mask[rows], adv[rows], num_items) * scale
+        value = _trl_loss(trainer, leaf, old[rows], ref[rows], mask[rows], adv[rows], num_items,
+                          None if entropy is None else entropy[rows]) * scale
         value.backward()
         x.grad = torch.zeros_like(x) if x.grad is None else x.grad
         x.grad[rows] += leaf.grad
@@ -159,7 +205,7 @@ def test_each_loss_equals_trls_compute_loss(trl_trainer_class, name):
     torch.testing.assert_close(got, want, **_tol(name))
     torch.testing.assert_close(got_grad, want_grad, **_tol(name))
     assert want_grad[1].abs().sum() == 0 and got_grad[mask == 0].abs().sum() == 0
-    if name.startswith(("dapo", "bnpo")):  # the batch reaches both clip edges: some tokens have no gradient
+    if name.startswith(("grpo", "dapo", "bnpo")):  # the batch reaches both clip edges: some tokens have no gradient
         ratio = torch.exp(logp - old)
         assert ((ratio < 0.8) & (adv[:, None] < 0) & (mask > 0)).any()
         assert ((ratio > 1.0 + loss.clip_high) & (adv[:, None] > 0) & (mask > 0)).any()
@@ -167,14 +213,15 @@ def test_each_loss_equals_trls_compute_loss(trl_trainer_class, name):
             assert (got_grad[mask > 0] == 0).any()
 
 
-@pytest.mark.parametrize("name", ["dapo", "cispo", "sapo"])
+@pytest.mark.parametrize("name", ["grpo", "dr-grpo", "gspo", "dapo", "cispo", "sapo", "vespo", "luspo",
+                                  "luspo-token-delta"])
 @pytest.mark.parametrize("ga, processes", [(2, 1), (1, 2)])
 def test_trls_accumulation_and_steps_per_generation(trl_trainer_class, name, ga, processes):
     """Two optimiser steps per generation batch (TRL ``steps_per_generation = 2 · gradient_accumulation_steps``;
     gdro ``optim.mini_batches = 2``), each of 4 rows cut into ``ga`` micro-batches on each of ``processes``
     processes (TRL's losses summed over accumulation, averaged over processes). dapo and cispo divide by the
     generation batch's tokens / 2 (``BatchCounts.step_token_share`` given the step's lengths); sapo's
-    mean over equal micro-batches is gdro's mean over the mini-batch."""
+    mean over equal micro-batches is gdro's mean over the mini-batch (grpo's, gspo's, luspo's and dr-grpo's too)."""
     loss = LOSSES[name]
     logp, old, ref, mask, adv = _batch(1)
     trainer = _trl(trl_trainer_class, loss, ga=ga, spg=2 * ga, processes=processes)
@@ -292,6 +339,8 @@ def test_the_engine_importance_weight_equals_trls(trl_trainer_class, name, shape
     g = torch.Generator().manual_seed(5)
     weight = torch.rand(B, T if shape == "token" else 1, generator=g, dtype=F64) * 3.0
     weight[0, 0] = 0.0
+    if shape == "token":  # a padded position's weight is 1 (exp of a masked difference, TRL's and gdro's)
+        weight = torch.where(mask > 0, weight, torch.ones_like(weight))
     counts = BatchCounts.of(np.array(LENGTHS))
     x = logp.detach().clone().requires_grad_(True)
     got, _, _ = loss.compute(LossInputs(x, old, mask, adv, ref if loss.beta_kl > 0 else None, weight), counts)

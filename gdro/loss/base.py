@@ -41,6 +41,9 @@ class LossInputs(NamedTuple):
     # detached per-token factor of the PG term, (B, T) or (B, 1) (the engine-trainer importance weight, TRL's
     # importance_sampling_ratio: optim.engine_is_mode); None: 1. It multiplies the PG term only, never the KL.
     token_weight: torch.Tensor | None = None
+    # detached (B, T) policy entropy of each position (at the sampling temperature), read only by a loss with
+    # top_entropy_quantile < 1 (gdro/loss/options.py); None: not recorded
+    entropy: torch.Tensor | None = None
 
 
 class BatchCounts(NamedTuple):

@@ -40,7 +40,8 @@ class DAPOLoss(TRLLoss):
     """The clipped surrogate as a token sum over the step's tokens (TRL ``loss_type="dapo"``).
 
     clip_low / clip_high: TRL ``epsilon`` / ``epsilon_high``. clip_ratio_c: TRL ``delta`` (INTELLECT-2's cap of
-    the unclipped ratio; it binds for A < 0, as verl's dual clip). The rest: :class:`gdro.loss.trl.TRLLoss`.
+    the unclipped ratio; it binds for A < 0, as verl's dual clip; refused below ``1 + clip_high``, where TRL's would
+    cap A > 0 tokens too). The rest: :class:`gdro.loss.trl.TRLLoss`.
     """
 
     clip_low: float = 0.2
@@ -64,4 +65,5 @@ class DAPOLoss(TRLLoss):
                          clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
                          kl_estimator=self.kl_estimator, agg="token-mean", denom=self.normaliser(counts),
                          token_denom=float(counts.tokens), clip_ratio_c=self.clip_ratio_c,
-                         token_weight=batch.token_weight)
+                         token_weight=batch.token_weight, gate=self.gate(batch),
+                         kl_weight=self.token_kl_weight(batch))

@@ -22,17 +22,19 @@ from dataclasses import dataclass
 import torch
 
 from gdro.loss.base import BatchCounts, LossInputs
+from gdro.loss.options import LossOptions
 from gdro.loss.terms import TokenTerms, check_hyper, grpo_loss
 
 __all__ = ["DrGRPOLoss"]
 
 
 @dataclass(frozen=True)
-class DrGRPOLoss:
+class DrGRPOLoss(LossOptions):
     """The Dr. GRPO loss; hyperparameters as in ``conf/loss/dr-grpo.yaml``.
 
     max_new_tokens: ``L`` of the normaliser ``B L`` (the run's ``model.max_new_tokens``). clip_low /
     clip_high / clip_ratio_c / beta_kl / kl_estimator: as in GRPO. No ``agg`` (the normaliser is the method).
+    use_bias_correction_kl / off_policy_mask_threshold / top_entropy_quantile: gdro/loss/options.py (off).
     """
 
     max_new_tokens: int
@@ -47,6 +49,7 @@ class DrGRPOLoss:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
                     kl_estimator=self.kl_estimator, clip_ratio_c=self.clip_ratio_c)
+        self.check_options()
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
@@ -59,4 +62,5 @@ class DrGRPOLoss:
                          clip_high=self.clip_high, beta_kl=self.beta_kl, ref_logp=batch.ref_logp,
                          kl_estimator=self.kl_estimator, agg="seq-mean-token-sum",
                          denom=float(counts.rows * self.max_new_tokens), token_denom=float(counts.tokens),
-                         clip_ratio_c=self.clip_ratio_c, token_weight=batch.token_weight)
+                         clip_ratio_c=self.clip_ratio_c, token_weight=batch.token_weight, gate=self.gate(batch),
+                         kl_weight=self.token_kl_weight(batch))

@@ -12,6 +12,11 @@ The advantages are those it is given (``advantage=grpo`` by default: Eq. 3 over 
 ``-A_i s_i mean_t grad logp_{i,t}`` while it is not clipped: every token of a sequence weighs the same.
 s_i = 1 when the update is one optimiser step (π_old = π_θ): the clip acts off-policy, from the second
 mini-batch or epoch on (the paper: 4 mini-batches per rollout batch).
+
+TRL's GSPO (``loss_type="grpo"``, ``importance_sampling_level="sequence"``) is ``agg: seq-mean-token-mean`` with
+``count_empty_rows: true`` (TRL's mean counts a response without a valid token; gdro's default does not): equal to
+TRL's ``_compute_loss`` in tests/test_trl_losses.py. With ``use_bias_correction_kl`` the KL is weighted by s_i, as
+TRL broadcasts its sequence weight onto the per-token KL.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from dataclasses import dataclass
 import torch
 
 from gdro.loss.base import BatchCounts, LossInputs
+from gdro.loss.grpo import check_count_empty_rows, seq_mean_denom
+from gdro.loss.options import LossOptions
 from gdro.loss.terms import (
     _LOG_RATIO_CLAMP,
     TokenTerms,
@@ -44,12 +51,14 @@ def sequence_log_ratio(logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.T
 
 
 @dataclass(frozen=True)
-class GSPOLoss:
+class GSPOLoss(LossOptions):
     """The GSPO loss; hyperparameters as in ``conf/loss/gspo.yaml``.
 
     clip_low / clip_high: the sequence ratio's clip range ``[1 - clip_low, 1 + clip_high]`` (the paper: 3e-4
     / 4e-4). beta_kl / kl_estimator: the KL to π_ref, aggregated like the PG term. agg: ``aggregate`` mode of
     the per-token loss (each token carries its sequence's term). The advantages' options are ``advantage.*``.
+    count_empty_rows: as :class:`gdro.loss.grpo.GRPOLoss`'s (TRL's denominator). use_bias_correction_kl /
+    off_policy_mask_threshold / top_entropy_quantile: gdro/loss/options.py (off).
     """
 
     clip_low: float = 3e-4
@@ -57,10 +66,13 @@ class GSPOLoss:
     beta_kl: float = 0.001
     kl_estimator: str = "low_var_kl"
     agg: str = "seq-mean-token-mean"
+    count_empty_rows: bool = False
 
     def __post_init__(self) -> None:
         check_hyper(clip_low=self.clip_low, clip_high=self.clip_high, beta_kl=self.beta_kl,
                     kl_estimator=self.kl_estimator, agg=self.agg)
+        check_count_empty_rows(self.count_empty_rows)
+        self.check_options()
 
     def compute(self, batch: LossInputs,
                 counts: BatchCounts) -> tuple[torch.Tensor, dict[str, torch.Tensor], TokenTerms]:
@@ -79,11 +91,16 @@ class GSPOLoss:
         a = batch.adv.to(logp.dtype)
         unclipped, clipped = -a * s, -a * s.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
         seq_loss = torch.maximum(unclipped, clipped)
-        pg = weighted(seq_loss.unsqueeze(-1).expand_as(logp), batch.token_weight)  # each token: its sequence's term
-        denom = counts.denom(self.agg)
+        pg = seq_loss.unsqueeze(-1).expand_as(logp)  # each token: its sequence's term
+        gate = self.gate(batch)
+        if gate is not None:
+            pg = pg * gate
+        pg = weighted(pg, batch.token_weight)
+        denom = seq_mean_denom(counts, self.agg, self.count_empty_rows)
         pg_loss = aggregate(pg, mask, self.agg, denom)
         loss, kl, kl_tok = kl_term(pg_loss, logp, batch.ref_logp, mask, beta_kl=self.beta_kl,
-                                   kl_estimator=self.kl_estimator, agg=self.agg, denom=denom)
+                                   kl_estimator=self.kl_estimator, agg=self.agg, denom=denom,
+                                   kl_weight=self.kl_weight(s.unsqueeze(-1)))
         with torch.no_grad():
             seq_clipped = (clipped > unclipped).to(logp.dtype)
             has_tokens = (mask != 0).any(dim=-1).to(logp.dtype)

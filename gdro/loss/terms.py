@@ -199,6 +199,8 @@ def grpo_loss(
     token_denom: float | None = None,
     clip_ratio_c: float | None = None,
     token_weight: torch.Tensor | None = None,
+    gate: torch.Tensor | None = None,
+    kl_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """GRPO loss ``agg(pg) + beta_kl * agg(kl)`` (paper Eq. 4-6; verl actor loss with ``use_kl_loss``).
 
@@ -213,6 +215,9 @@ def grpo_loss(
         token_denom: number of valid tokens of the mini-batch, used for the token statistics; defaults to
             ``denom`` when ``agg == "token-mean"``, else to this batch's token count.
         token_weight: detached factor of each token's PG term (``weighted``); None: 1.
+        gate: detached 0/1 factor of each token's PG term, applied before ``token_weight`` (the off-policy and
+            high-entropy masks, gdro/loss/options.py); None: 1.
+        kl_weight: factor of each token's KL (``kl_term``; the bias correction); None: 1.
 
     Returns:
         ``(loss, stats, tokens)``. ``stats`` holds detached scalars that sum exactly over the micro-batches of
@@ -227,10 +232,12 @@ def grpo_loss(
         token_denom = denom if (agg == "token-mean" and denom is not None) else None
 
     pg, clipped = clipped_surrogate(logp, old_logp, adv, clip_low, clip_high, clip_ratio_c=clip_ratio_c)
+    if gate is not None:
+        pg = pg * gate
     pg = weighted(pg, token_weight)
     pg_loss = aggregate(pg, mask, agg, denom)
     loss, kl, kl_tok = kl_term(pg_loss, logp, ref_logp, mask, beta_kl=beta_kl, kl_estimator=kl_estimator,
-                               agg=agg, denom=denom)
+                               agg=agg, denom=denom, kl_weight=kl_weight)
     with torch.no_grad():
         ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
         stats = {
@@ -284,12 +291,14 @@ def kl_term(
     kl_estimator: str,
     agg: str,
     denom: float | None,
+    kl_weight: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """Add the KL to π_ref to an aggregated PG loss: ``(pg_loss + beta_kl * agg(kl), agg(kl), kl per token)``.
 
     The KL is aggregated like the PG term (``agg``, ``denom``: Eq. 6). It is added only if ``beta_kl > 0``
     (then ``ref_logp`` is required); with ``ref_logp`` and ``beta_kl == 0`` it is only measured. Without
-    ``ref_logp`` the KL is a zero scalar and its per-token terms are None.
+    ``ref_logp`` the KL is a zero scalar and its per-token terms are None. ``kl_weight`` (``(B, T)`` or ``(B, 1)``,
+    with its gradient: ``use_bias_correction_kl``'s importance ratio) multiplies the per-token estimate.
     """
     if not (beta_kl >= 0 and math.isfinite(beta_kl)):
         raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
@@ -298,6 +307,8 @@ def kl_term(
     if ref_logp is None:
         return pg_loss, torch.zeros((), dtype=pg_loss.dtype, device=pg_loss.device), None
     kl_tok = kl_penalty(logp, ref_logp, kl_estimator)
+    if kl_weight is not None:
+        kl_tok = kl_tok * kl_weight
     kl = aggregate(kl_tok, mask, agg, denom)
     return (pg_loss + beta_kl * kl if beta_kl > 0 else pg_loss), kl, kl_tok
 
@@ -320,6 +331,11 @@ def check_hyper(
         raise ValueError(f"beta_kl must be >= 0, got {beta_kl}")
     if clip_ratio_c is not None and not (clip_ratio_c > 1.0 and math.isfinite(clip_ratio_c)):
         raise ValueError(f"clip_ratio_c must be > 1 or None, got {clip_ratio_c}")
+    if clip_ratio_c is not None and clip_ratio_c < 1.0 + clip_high:
+        # verl's dual clip (A < 0 only) and TRL's delta (a cap of the unclipped ratio, A > 0 too) agree from
+        # 1 + clip_high up; below it they differ for both signs of A, so neither is chosen silently
+        raise ValueError(f"clip_ratio_c must be >= 1 + clip_high = {1.0 + clip_high:g} (below it verl's dual clip "
+                         f"and TRL's delta differ), got {clip_ratio_c}")
     if kl_estimator not in KL_ESTIMATORS:
         raise ValueError(f"kl_estimator must be one of {KL_ESTIMATORS}, got {kl_estimator!r}")
     if agg is not None and agg not in AGG_MODES:

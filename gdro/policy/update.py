@@ -69,7 +69,8 @@ def ppo_update(model, optimizer: torch.optim.Optimizer, scheduler, roll: Rollout
     with reference_model(ref_model) as pi_ref:  # a LoRA run's reference: the policy with its adapters off
         ref = _by_row(n, mine, fwd.logprobs_no_grad(pi_ref, roll, mine)) if loss.beta_kl > 0 else None
     t_ref = time.perf_counter() - t_ref
-    skip = optim_cfg.skip_zero_adv and loss.beta_kl == 0
+    # a loss that reads the tokens' entropies (top_entropy_quantile < 1) takes its quantile over all rows, as TRL's
+    skip = optim_cfg.skip_zero_adv and loss.beta_kl == 0 and not getattr(loss, "needs_entropy", False)
     # the rows in the loss: all, or (mask_truncated_completions) those that emitted the end token; a masked row's
     # tokens count nowhere, as TRL zeroes its completion mask (its length here is 0)
     in_loss = roll.finished if optim_cfg.mask_truncated_completions else np.ones(n, dtype=bool)
@@ -154,9 +155,10 @@ class _Update:
     def micro_batch(self, part: np.ndarray, counts: BatchCounts, first_epoch: bool) -> None:
         """Forward and backward of one micro-batch; its statistics and (first epoch) per-response losses and
         entropy."""
-        with recording_entropy() if first_epoch else nullcontext() as ent:
+        needs_entropy = getattr(self.loss, "needs_entropy", False)  # loss.top_entropy_quantile < 1
+        with recording_entropy() if first_epoch or needs_entropy else nullcontext() as ent:
             logp, mask = self.fwd.logprobs(self.model, self.roll, part)
-        if ent:  # the first epoch's forwards: each row once
+        if ent and first_epoch:  # the first epoch's forwards: each row once
             self.totals[_ENT_SUM] = self.totals.get(_ENT_SUM, 0.0) + float((ent[-1] * mask).sum())
             self.totals[_ENT_TOKENS] = self.totals.get(_ENT_TOKENS, 0.0) + float(mask.sum())
         width = logp.shape[1]
@@ -169,7 +171,8 @@ class _Update:
                                                       .to(old_lp.device, old_lp.dtype), mask, counts)
             for k, v in is_stats.items():
                 self.totals[k] = self.totals.get(k, 0.0) + float(v)
-        loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp, weight), counts)
+        loss, stats, terms = self.loss.compute(LossInputs(logp, old_lp, mask, adv, ref_lp, weight,
+                                                          ent[-1] if needs_entropy else None), counts)
         sides = clip_sides(self.loss, logp, old_lp, mask, adv, counts)
         stats = stats | {k: v for k, v in sides.items() if k not in stats}
         # a sharded model averages the gradients over processes; the loss is already normalised by the whole batch
