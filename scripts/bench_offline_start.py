@@ -3,6 +3,7 @@
     python scripts/bench_offline_start.py                    # both parts, this machine's own network
     python scripts/bench_offline_start.py --no-hub           # on a machine with network: HF_ENDPOINT at a closed port
     python scripts/bench_offline_start.py --part start --repeats 3
+    python scripts/bench_offline_start.py --no-hub --short   # CI's short form: a check that it runs, not a measurement
 
 ``start``: one-step ``gdro-train experiment=smollm2-add`` runs (no evaluation, no checkpoint), alternately with and
 without ``HF_HUB_OFFLINE=1``; for each, the seconds from launch to the line ``loading model`` (the weights chosen:
@@ -16,7 +17,8 @@ against the base model's weights files (``model.safetensors`` of the dir run.jso
 would have held with the base inside (the layout before issue #49: its ``meta.json`` ``lora_base.bytes`` more).
 
 The model dir is built first if missing (``scripts/get_smollm2.py``). Prints markdown tables; the machine's load
-moves the seconds, so compare the two modes of one invocation only.
+moves the seconds, so compare the two modes of one invocation only. ``--short``: every run at 2 prompts x 2
+rollouts of <= 8 tokens (``SHORT``).
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BASE = ["experiment=smollm2-add", "steps=1", "eval.at_start=false", "eval.every=0", "eval.at_end=false",
         "logger=jsonl", "progress=false", "save_final=false"]
+SHORT = ["prompts_per_step=2", "rollouts_per_prompt=2", "model.max_new_tokens=8"]  # --short
 
 
 def closed_port() -> int:
@@ -69,7 +72,7 @@ def timed_run(python: str, args: list[str], env: dict[str, str]) -> dict:
     return {"chosen_s": chosen, "total_s": total, "retries": sum("Retrying in" in ln for ln in lines), "which": which}
 
 
-def bench_start(python: str, env: dict[str, str], repeats: int, tmp: Path) -> None:
+def bench_start(python: str, env: dict[str, str], repeats: int, tmp: Path, base: list[str] = BASE) -> None:
     rows: dict[str, list[dict]] = {"HF_HUB_OFFLINE=1": [], "no HF_HUB_OFFLINE": []}
     for i in range(repeats):
         for mode, done in rows.items():
@@ -77,7 +80,7 @@ def bench_start(python: str, env: dict[str, str], repeats: int, tmp: Path) -> No
             if mode == "HF_HUB_OFFLINE=1":
                 run_env["HF_HUB_OFFLINE"] = "1"
             out = tmp / f"start-{i}-{mode.split('=')[0].replace(' ', '_')}"
-            done.append(timed_run(python, [*BASE, "checkpoint.every=0", "checkpoint.at_end=false",
+            done.append(timed_run(python, [*base, "checkpoint.every=0", "checkpoint.at_end=false",
                                                  f"hydra.run.dir={out}"], run_env))
     print("\n| mode | to `loading model` (s) | 1-step run (s) | hub retries | runs |\n|---|---|---|---|---|")
     med = {}
@@ -89,9 +92,9 @@ def bench_start(python: str, env: dict[str, str], repeats: int, tmp: Path) -> No
           f"later (acceptance: < 5 s); it said: {rows['no HF_HUB_OFFLINE'][0]['which']}")
 
 
-def bench_lora(python: str, env: dict[str, str], tmp: Path) -> None:
+def bench_lora(python: str, env: dict[str, str], tmp: Path, base: list[str] = BASE) -> None:
     run = tmp / "lora"
-    timed_run(python, [*BASE, "steps=2", "model.lora.r=8", "optim.lr=1e-3", "optim.warmup_steps=0",
+    timed_run(python, [*base, "steps=2", "model.lora.r=8", "optim.lr=1e-3", "optim.warmup_steps=0",
                        "checkpoint.every=2", f"hydra.run.dir={run}"], {**env, "HF_HUB_OFFLINE": "1"})
     ckpt = run / "checkpoints" / "step_000002"
     files = {p.name: p.stat().st_size for p in sorted(ckpt.iterdir())}
@@ -117,15 +120,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=1, help="runs of each mode (start)")
     ap.add_argument("--no-hub", action="store_true", help="HF_ENDPOINT at a closed local port: no hub, on any machine")
     ap.add_argument("--python", default=sys.executable)
+    ap.add_argument("--short", action="store_true",
+                    help="2 prompts x 2 rollouts of <= 8 tokens (a check that it runs)")
     args = ap.parse_args(argv)
     env = {**os.environ, "PYTHONPATH": str(REPO), "WANDB_MODE": "disabled", "GDRO_SMOLLM2_DIR": str(model_dir(args.python))}
     if args.no_hub:
         env["HF_ENDPOINT"] = f"http://127.0.0.1:{closed_port()}"
+    base = [*BASE, *SHORT] if args.short else BASE
     with tempfile.TemporaryDirectory(prefix="bench-offline-") as tmp:
         if args.part in ("start", "both"):
-            bench_start(args.python, env, args.repeats, Path(tmp))
+            bench_start(args.python, env, args.repeats, Path(tmp), base)
         if args.part in ("lora", "both"):
-            bench_lora(args.python, env, Path(tmp))
+            bench_lora(args.python, env, Path(tmp), base)
     return 0
 
 

@@ -45,8 +45,10 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
+    # no evaluation: eval.every=0 alone left the step-0 and final evaluations on (the held-out split twice a run)
     common = ["experiment=toy-curriculum", "rollouts_per_prompt=4", f"steps={args.steps}", "eval.every=0",
-              "save_final=false", "logger=jsonl", "progress=false", "checkpoint.every=0", *args.overrides]
+              "eval.at_start=false", "eval.at_end=false", "save_final=false", "logger=jsonl", "progress=false",
+              "checkpoint.every=0", *args.overrides]
     times: dict[str, list[float]] = {name: [] for name in SETTINGS}
     with tempfile.TemporaryDirectory(prefix="gdro-bench-portable-") as tmp:
         for rnd in range(args.rounds):

