@@ -35,7 +35,11 @@ CONF = REPO / "conf"
 
 # one process: up to 2 threads; under pytest-xdist (the README's command: a worker per core) each worker one thread, so
 # the workers do not fight over the cores
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+_THREADS = max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+torch.set_num_threads(_THREADS)
+# and the runs the tests start, in this process or as subprocesses: threads=auto honours OMP_NUM_THREADS
+# (gdro.common.threads), so a test's run does not depend on what else the machine runs at that moment
+os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
 
 # Tests never assert on wall-clock time: hypothesis' per-example deadline (200 ms by default) is off for every test,
 # so a busy machine cannot fail one (seen in CI: an allocator property took 385 ms once, 2.7 ms on the replay).

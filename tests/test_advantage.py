@@ -430,3 +430,28 @@ def test_a_moved_key_on_the_command_line_names_its_new_place(old, new, monkeypat
     assert exit_.value.code == 2
     key = old.split("=")[0]
     assert capsys.readouterr().err.strip() == f"config error: unknown key '{key}' (moved to '{new}')"
+
+
+def test_the_ledgers_groups_with_gradient_are_the_groups_with_a_non_zero_advantage():
+    """compute/groups_with_grad: the mixed groups where an estimator's zeros are exactly the unmixed ones; otherwise
+    (grpo-passk's tie at the top, reinforce-pp without a baseline) the groups whose advantages are not all 0."""
+    import numpy as np
+
+    from gdro.loss.advantage_estimators import (
+        GRPOAdvantage,
+        GRPOPassKAdvantage,
+        ReinforcePPAdvantage,
+        groups_with_gradient,
+    )
+
+    rewards = torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 1.0])  # tie at the top | mixed | 0s | 1s
+    group_index = np.array([0, 0, 0, 0, 1, 1, 2, 2, 3, 3])
+    mixed = np.array([True, True, False, False])
+    for est, expect in ((GRPOAdvantage(), [True, True, False, False]),
+                        (GRPOPassKAdvantage(), [False, True, False, False]),
+                        (ReinforcePPAdvantage(baseline="none"), [True, True, True, True]),
+                        (ReinforcePPAdvantage(), [True, True, False, False])):
+        adv = est(rewards, torch.as_tensor(group_index), 4)
+        got = groups_with_gradient(est, mixed, adv, group_index, 4)
+        nonzero = [bool((adv[group_index == g] != 0).any()) for g in range(4)]
+        assert got.tolist() == expect == nonzero, est.name

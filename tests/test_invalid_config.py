@@ -36,6 +36,8 @@ CASES = [
     ("prompts_per_step=2.5", "prompts_per_step=2.5"),
     ("+stepz=3", "'stepz'"),
     ("save_final=maybe", "save_final=maybe"),
+    ("threads=fast", "threads=fast"),
+    ("threads=0", "threads=0"),
     ("progress=abc", "progress=abc"),
     # unknown keys, with and without +, top-level and nested
     ("stepz=3", "'stepz'"),
@@ -132,7 +134,7 @@ def test_messages_name_key_value_and_what_is_allowed(tmp_path, monkeypatch, caps
         "+sampler.etaa=1": "config error: unknown key 'sampler.etaa' (did you mean 'sampler.eta'?)",
         "+optim.clip_low=0.1": "config error: unknown key 'optim.clip_low' (did you mean 'loss.clip_low'?)",
         "sampler.eta=-1": "config error: sampler.eta=-1: must be > 0",
-        "threads=1.5": "config error: threads=1.5: must be an integer or null (got float)",
+        "threads=1.5": "config error: threads=1.5: must be an integer or one of auto or null (got float)",
         "sampler=nope": "config error: sampler=nope: no such option (available: learnability, mopps, oracle-levels, prompt-gdro, "
                        "uniform)",
     }

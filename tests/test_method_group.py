@@ -203,7 +203,7 @@ def test_a_method_sweep_is_a_report_with_its_rows_named(monkeypatch, tmp_path):
                                       "seed=0", *FAST, "eval.at_end=true", "data.train_size=64",
                                       f"hydra.sweep.dir={sweep}"])
     cli.train()
-    report_main([str(sweep)])
+    report_main([str(sweep), "--no-figures"])
     table = (sweep / "report" / "table.md").read_text()
     rows = [line.split(" | ")[0].lstrip("| ") for line in table.splitlines()[2:] if line.startswith("| ")]
     assert rows == ["GRPO", "Rollout-GDRO, μ frozen (released code)"]

@@ -329,7 +329,7 @@ def test_default_pools_only_completed_runs(sweep: Path):
 
 
 def test_main_lists_left_out_runs_and_still_reports(messy: Path, capsys):
-    assert main([str(messy)]) == 0
+    assert main([str(messy), "--no-figures"]) == 0  # the table and its notes: figures are test_main's
     captured = capsys.readouterr()
     assert "| GRPO | 3 | 82.0 ± 5.0 |" in captured.out
     assert "| Prompt-GDRO | 3 | 86.0 ± 2.5 |" in captured.out
@@ -345,7 +345,7 @@ def test_main_lists_left_out_runs_and_still_reports(messy: Path, capsys):
 
 
 def test_include_incomplete_pools_them_marked(messy: Path, capsys):
-    assert main([str(messy), "--include-incomplete"]) == 0
+    assert main([str(messy), "--include-incomplete", "--no-figures"]) == 0
     captured = capsys.readouterr()
     table = (messy / "report" / "table.md").read_text()
     # GRPO: 3 complete + killed, failed, live, legacy_short, truncated; Prompt-GDRO: 3 + short, bad_lines
@@ -504,7 +504,7 @@ def test_steps_to_rollouts_spent_and_mean_bin_drift(tmp_path: Path):
 
 def test_main_writes_the_paired_table(sweep: Path, capsys):
     root = _with_oracle(sweep)
-    assert main([str(root), "--tail-levels", "1-2"]) == 0
+    assert main([str(root), "--tail-levels", "1-2", "--no-figures"]) == 0
     text = (root / "report" / "paired.md").read_text()
     lines = {line.split(" | ")[0].strip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "recovery of the oracle's Δmean@8/levels_1-2" in lines["Method"]
@@ -569,7 +569,7 @@ def test_mechanism_table_from_runs_with_known_numbers(tmp_path: Path):
     md = mechanism_markdown(rows, bins)
     assert "| GRPO | 2 | 33.2 ± " in md and "0.850 ± 0.635 (2/2)" in md and "-1.00 ± 0.00 → -2.00 ± 0.00" in md
     assert "| 85.7 ± 0.0 |" in md and "-2.00 ± 0.00 | – |" in md
-    assert main([str(sw)]) == 0 and (sw / "report" / "mechanism.md").read_text().count("| GRPO |") == 2
+    assert main([str(sw), "--no-figures"]) == 0 and (sw / "report" / "mechanism.md").read_text().count("| GRPO |") == 2
 
 
 def test_the_unseen_phase_is_one_pass_over_the_pool_for_every_row(tmp_path: Path):

@@ -260,7 +260,7 @@ def _holm_cells(family: list[list[float]], digits: int = 1) -> list[str]:
 
 
 def test_gdro_report_shows_holm_columns_and_the_primary_endpoint(sweep: Path, capsys):
-    assert main([str(sweep)]) == 0
+    assert main([str(sweep), "--no-figures"]) == 0  # the tables: the figures are test_report.py's
     out = capsys.readouterr().out
     paired = (sweep / "report" / "paired.md").read_text()
     compute = (sweep / "report" / "compute.md").read_text()
@@ -310,7 +310,7 @@ def test_gdro_report_shows_holm_columns_and_the_primary_endpoint(sweep: Path, ca
 
 def test_primary_names_another_column_and_a_bad_one_is_one_line(sweep: Path, capsys, monkeypatch):
     monkeypatch.setattr("gdro.report.compute.BOOT_REPS", 300)  # fewer replications: a quicker test
-    assert main([str(sweep), "--primary", "equal_steps"]) == 0
+    assert main([str(sweep), "--primary", "equal_steps", "--no-figures"]) == 0
     compute = (sweep / "report" / "compute.md").read_text()
     assert "(secondary) | Δ mean@8 at equal tokens (secondary) | Δ mean@8 at equal steps (primary) |" in compute
     assert "Primary endpoint **equal_steps**: each run's mean@8 at its final evaluation row" in compute

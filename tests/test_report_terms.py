@@ -123,14 +123,14 @@ def test_compute_says_at_start_when_grpo_ends_below_its_start(tmp_path: Path):
     # "late" starts below it and reaches 40 at step 3 (3000 tokens) on seed 0; seed 1 starts above it
     _run_dir(root, "late/0", 0, "late", 1000.0, {0: 30.0, 2: 35.0, 4: 45.0})
     _run_dir(root, "late/1", 1, "late", 1000.0, {0: 50.0, 2: 30.0, 4: 45.0})
-    assert main([str(root)]) == 0
+    assert main([str(root), "--no-figures"]) == 0  # compute.md's text: its figure is test_ledger.py's
     text = (root / "report" / "compute.md").read_text()
     rows = _rows(text)
     assert "| at start (2/2) |" in rows["GRPO"] and "0.0k" not in rows["GRPO"]
     assert "| 1.5k (2/2; 1 at start) |" in rows["late"]  # mean of 3000 and 0 tokens
     assert "threshold = GRPO's final 40.00 (GRPO ends at or below its own start, 50.00)" in text
     assert "“at start” in “k tokens to GRPO's final”: the run's step-0 evaluation" in text
-    assert main([str(root), "--axis", "steps"]) == 0
+    assert main([str(root), "--axis", "steps", "--no-figures"]) == 0
     text = (root / "report" / "compute.md").read_text()
     rows = _rows(text)
     assert "| at start (2/2) |" in rows["GRPO"] and "| 2 (2/2; 1 at start) |" in rows["late"]
@@ -141,7 +141,7 @@ def test_no_at_start_note_when_no_run_reaches_it_at_its_start(tmp_path: Path):
     for seed in (0, 1):
         _run_dir(root, f"grpo/{seed}", seed, None, 1000.0, {0: 40.0, 2: 50.0, 4: 60.0})
         _run_dir(root, f"dyn/{seed}", seed, "dyn", 1000.0, {0: 40.0, 2: 60.0, 4: 70.0})
-    assert main([str(root)]) == 0
+    assert main([str(root), "--no-figures"]) == 0
     text = (root / "report" / "compute.md").read_text()
     assert "at start" not in text and "| 4.0k (2/2) |" in text and "| 2.0k (2/2) |" in text
 

@@ -52,9 +52,12 @@ class Execution:
                              "(one process)")
         return None
 
-    def score(self, reward, roll: RolloutBatch, golds: list[str]):
-        """The round's verdicts (``reward.score`` on every row), the same on every process."""
-        return self._dist.score(reward, roll, golds, self._rows(roll))
+    def score(self, reward, roll: RolloutBatch, golds: list[str], problems: list | None = None):
+        """The round's verdicts (``reward.score`` on every row), the same on every process; ``problems`` (each row's)
+        go to a reward that reads them (a user's reward functions)."""
+        if problems is None:
+            return self._dist.score(reward, roll, golds, self._rows(roll))
+        return self._dist.score(reward, roll, golds, self._rows(roll), problems)
 
     def update(self, model, optimizer, scheduler, roll: RolloutBatch, adv: torch.Tensor, loss, optim_cfg: OptimConfig,
                *, rng: np.random.Generator, ref_model=None):

@@ -60,7 +60,8 @@ class Drawn:
                             group_index=where[r.group_index[rows]], completion_ids=[r.completion_ids[i] for i in rows],
                             logprobs=None if r.logprobs is None else [r.logprobs[i] for i in rows],
                             texts=[r.texts[i] for i in rows], finish_reasons=[r.finish_reasons[i] for i in rows])
-        scored = dataclasses.replace(self.scored, rewards=self.scored.rewards[rows], correct=self.scored.correct[rows])
+        scored = dataclasses.replace(self.scored, rewards=self.scored.rewards[rows], correct=self.scored.correct[rows],
+                                     terms={k: v[rows] for k, v in self.scored.terms.items()})
         return Drawn(self.ids[groups], self.bins[groups], self.n[groups], roll, scored)
 
 
@@ -70,8 +71,11 @@ def concat_drawn(parts: Sequence[Drawn]) -> Drawn:
         return parts[0]
     counts = {f.name: sum(getattr(p.scored, f.name) for p in parts)
               for f in dataclasses.fields(RewardBatch) if f.name.startswith("n_")}
+    names = parts[0].scored.terms  # a user's reward functions' terms (gdro.grading.functions)
     scored = RewardBatch(rewards=np.concatenate([p.scored.rewards for p in parts]),
-                         correct=np.concatenate([p.scored.correct for p in parts]), **counts)
+                         correct=np.concatenate([p.scored.correct for p in parts]), **counts,
+                         terms={k: np.concatenate([p.scored.terms[k] for p in parts]) for k in names},
+                         term_errors={k: sum(p.scored.term_errors.get(k, 0) for p in parts) for k in names})
     return Drawn(*(np.concatenate([getattr(p, k) for p in parts]) for k in ("ids", "bins", "n")),
                  concat_rollouts([p.roll for p in parts]), scored)
 

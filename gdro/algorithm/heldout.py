@@ -88,7 +88,10 @@ def evaluate(
     roll = engine.generate(
         [p.prompt for p in probs], [cfg.k] * len(probs), seed=cfg.seed, sampling=cfg.sampling(max_new_tokens)
     )
-    scored = reward.for_eval().score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished)
+    scorer = reward.for_eval()
+    rows = {"problems": [probs[g] for g in roll.group_index], "completion_ids": roll.completion_ids} \
+        if getattr(scorer, "reads_problems", False) else {}  # a user's correctness function reads them
+    scored = scorer.score(roll.texts, [probs[g].answer for g in roll.group_index], roll.finished, **rows)
     if samples is not None:
         seen: dict[int, int] = defaultdict(int)
         for i, g in enumerate(roll.group_index.tolist()):

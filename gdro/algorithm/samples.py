@@ -17,16 +17,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from gdro.common.ioerrors import named_io
 
 SAMPLES_DIR = "samples"
 ROW_KEYS = {"train": "samples/train", "eval": "samples/eval"}  # kind -> the row key and the W&B table's name
-COLUMNS = ("step", "group", "uid", "level", "bin", "n", "prompt", "completion", "reward", "correct", "verdict",
-           "finish_reason")
+COLUMNS = ("step", "group", "rollout", "uid", "level", "bin", "n", "prompt", "completion", "reward", "correct",
+           "verdict", "finish_reason")  # rollout: the completion's index within its group (0 .. n-1)
 # ``bin``: the classifier's bin index of the prompt when drawn (0 = hardest). A prompt not yet seen is bin 0 under
 # ``classifier.unseen=hardest`` and bin B, one past the last pass bin (10 with ten bins: the metrics' ``unseen``
 # label), under ``unseen=separate``; None in eval records (held-out prompts are not binned). conf/train.yaml and the
-# README's run-dir table say the same.
+# README's run-dir table say the same. With a user's reward functions (reward.functions) a record also has ``terms``:
+# {name: raw value, null where the function returned None or failed} (in the files, not in the W&B table).
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,22 @@ class SampleConfig:
 
     @classmethod
     def of(cls, value: SampleConfig | Mapping[str, Any]) -> SampleConfig:
-        """The block as given (a mapping: its keys, checked)."""
+        """The block as given (a mapping: its keys, checked); an error names the key (``samples.every=-1: ...``)."""
         if isinstance(value, cls):
             return value
+        names = ("every", "train", "eval")
+        if not isinstance(value, Mapping):
+            raise TypeError(f"samples must be a block of keys ({', '.join(names)}), got {value!r}")
+        unknown = [key for key in value if key not in names]
         try:
+            if unknown:
+                raise ValueError(f"unknown key 'samples.{unknown[0]}' (valid keys of samples: {', '.join(names)})")
             return cls(**dict(value))
-        except (TypeError, ValueError) as err:
-            raise ValueError(f"samples: {err}") from err
+        except ValueError as err:
+            name, _, why = str(err).partition(" ")
+            keyed = ValueError(str(err) if unknown else f"samples.{name}={value.get(name)}: {why.split(', got ')[0]}")
+            keyed.keyed = True  # it names the key inside the block (gdro.common.validate.rewrite)
+            raise keyed from err
 
     def due(self, step: int) -> bool:
         """Whether training step ``step`` shows its completions."""
@@ -86,10 +98,13 @@ def records(roll: Any, scored: Any, problems: Sequence[Any], rows: Sequence[int]
     for i in rows:
         g = int(roll.group_index[i])
         p = problems[g]
-        out.append({"group": g, "uid": p.uid, "level": p.level, "bin": None if bins is None else int(bins[g]),
-                    "n": int(n[g]), "prompt": p.prompt, "completion": roll.texts[i],
-                    "reward": float(scored.rewards[i]), "correct": bool(scored.correct[i]),
+        out.append({"group": g, "rollout": int((roll.group_index[:i] == g).sum()), "uid": p.uid, "level": p.level,
+                    "bin": None if bins is None else int(bins[g]), "n": int(n[g]), "prompt": p.prompt,
+                    "completion": roll.texts[i], "reward": float(scored.rewards[i]), "correct": bool(scored.correct[i]),
                     "verdict": _verdict(scored, i), "finish_reason": roll.finish_reasons[i]})
+        terms = getattr(scored, "terms", None)
+        if terms:  # a user's reward functions (reward.functions): each term's raw value, null where None or failed
+            out[-1]["terms"] = {k: None if np.isnan(v[i]) else float(v[i]) for k, v in terms.items()}
     return out
 
 
@@ -111,11 +126,14 @@ def write(run_dir: Path, kind: str, step: int, recs: Sequence[Mapping[str, Any]]
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with named_io(tmp), tmp.open("w", encoding="utf-8") as fh:
+        with named_io(path), tmp.open("w", encoding="utf-8") as fh:
             fh.writelines(json.dumps({"step": step, **r}) + "\n" for r in recs)
         os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
+    except OSError as err:
+        if tmp.is_file():
+            tmp.unlink()
+        if err.filename == str(tmp) and err.errno is not None:  # the file a user looks for, not its temp file
+            raise OSError(err.errno, err.strerror or os.strerror(err.errno), str(path)) from err
         raise
     return path
 

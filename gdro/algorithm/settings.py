@@ -8,6 +8,7 @@ model loads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from gdro.algorithm.samples import SampleConfig
 
@@ -20,7 +21,7 @@ class RunSettings:
     steps: int = 150
     prompts_per_step: int = 32
     rollouts_per_prompt: int = 8  # n̄: the mean rollout budget per prompt
-    threads: int | None = None  # torch intra-op threads (None = torch's default)
+    threads: int | Literal["auto"] | None = "auto"  # torch intra-op threads: a number, auto (the free cores), None (torch's)
     device: str = "auto"  # auto (CUDA when present, else CPU) | cpu | cuda | cuda:N: model, reference, engine, batches
     save_final: bool = True  # save the final policy to <run_dir>/checkpoint
     progress: bool = True

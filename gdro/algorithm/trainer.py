@@ -30,6 +30,7 @@ from gdro.common.interfaces import Controllers, Problems, PromptPool, Reward, St
 from gdro.common.rollouts import SamplingParams
 from gdro.controllers.ledger import ComputeLedger, rollout_metrics
 from gdro.loss import Objective
+from gdro.loss.advantage_estimators import groups_with_gradient
 from gdro.models.loading import Policy
 from gdro.policy import OptimConfig
 
@@ -120,7 +121,8 @@ class Trainer:
                 part.update(feedback)
         with clock("sync_s"):
             self.execution.sync_engine(self.policy.engine, self.policy.model)
-        st.ledger.trained(d.bins, d.n, d.mixed)
+        st.ledger.trained(d.bins, d.n, groups_with_gradient(advantage, d.mixed, adv, d.roll.group_index,
+                                                         len(d.ids)))
         row = {"step": step, **stats, **rollout_metrics(d.roll, d.scored, feedback.n_correct, adv,
                                                         self.train_sampling.max_new_tokens)}
         row.update(self.reward.metrics(c.generated.scored))  # every generated rollout's verdicts
@@ -147,7 +149,9 @@ class Trainer:
             st.ledger.generated(bins, n, int(roll.lengths.sum()))  # every generated rollout counts (ledger)
         with clock("reward_s"):
             golds = [self.problems.train[ids[g]].answer for g in roll.group_index]
-            scored = self.execution.score(self.reward, roll, golds)
+            rows = [self.problems.train[ids[g]] for g in roll.group_index] \
+                if getattr(self.reward, "reads_problems", False) else None  # a user's reward functions read them
+            scored = self.execution.score(self.reward, roll, golds, rows)
         return Drawn(ids, bins, n, roll, scored)
 
     def state_dict(self) -> dict[str, Any]:

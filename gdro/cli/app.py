@@ -299,8 +299,9 @@ def planned_run_dir(cfg: DictConfig) -> tuple[Path, bool]:
 def save_hydra_files(cfg: DictConfig, run_dir: Path) -> None:
     """Write what Hydra writes into ``<run_dir>/.hydra/`` (config.yaml, hydra.yaml, overrides.yaml), each whole or
     not at all, a failure naming its file (Hydra's own writing, turned off by ``hydra.output_subdir: null``, fails on
-    a full disk with a traceback). gdro-train writes them once it holds the run dir (Hydra writes them before the job
-    starts, over the files of a run that holds the dir and refuses us); gdro-eval as its job starts."""
+    a full disk with a traceback). gdro-train writes them once it holds the run dir and the start is accepted
+    (gdro.compose.build.build_training's ``accepted``: Hydra writes them before the job starts, over the files of a
+    run that holds the dir and refuses us, or that refuses a changed config); gdro-eval as its job starts."""
     hydra_cfg = HydraConfig.instance().cfg
     out = run_dir / HYDRA_SUBDIR
     with named_io(out):

@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -78,7 +78,7 @@ class EvalAppConfig:
     benchmarks: Any  # a list: the suite: entries {name, data_files, ...} (conf/suite/*.yaml), checked by _entries
     checkpoint: str | None = None  # a model directory (e.g. <run_dir>/checkpoint) replacing model.name_or_path
     out: str | None = None  # where eval.json, eval.md and samples.jsonl go (null: the Hydra run dir)
-    threads: int | None = None  # torch CPU threads (null: torch's default)
+    threads: int | Literal["auto"] | None = None  # torch CPU threads (a number, auto: the free cores, null: torch's default)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
 
     def __post_init__(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -69,14 +70,17 @@ def _parser() -> _Parser:
     ap.add_argument("--primary", choices=PRIMARY, default="area",
                     help="the pre-registered primary endpoint, a column of compute.md (default: area, the area under "
                          "the held-out curve); the others are secondary; it gets the IQM and P(method > GRPO) block")
+    ap.add_argument("--no-figures", action="store_true",
+                    help="the tables alone (table.md/csv, paired.md, compute.md, mechanism.md), in a fraction of the "
+                         "time: no PNG, and no paper_mechanism.md or wave.md (their text goes with their figures)")
     ap.add_argument("--wandb", action="store_true",
                     help="also log the report (tables, Table 1, figures) to the sweep's W&B group (gdro/report/table1.py)")
     return ap
 
 
-def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple[Path | None, str, Path | None]:
+def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path] | None) -> tuple[Path | None, str, Path | None]:
     """mechanism.md (and its text) and the paper's mechanism figures (paper_mechanism.md; their PNGs appended to
-    ``figs``, the ones skipped named on stderr)."""
+    ``figs``, the ones skipped named on stderr; ``figs`` None: --no-figures, the figures and their pages skipped)."""
     mech_rows, mech_bins = mechanism_rows(runs)
     mech_md, mech_text = None, ""
     if mech_rows:
@@ -84,6 +88,8 @@ def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path]) -> tuple
         mech_text = mechanism_markdown(mech_rows, mech_bins)
         atomic_write_text(mech_md, "Mechanism columns over each run's training steps after the unseen phase; mean "
                                    "± 95% CI over runs (gdro/report/mechanism.py).\n\n" + mech_text)
+    if figs is None:
+        return mech_md, mech_text, None
     paper_md, paper_figs, paper_skipped = write_paper_figures(runs, out)  # the paper's §7.4 figures
     figs += paper_figs
     for line in paper_skipped:
@@ -127,6 +133,21 @@ def _summaries(args: argparse.Namespace, runs: list[SweepRun], root: Path) -> Pa
         sys.exit(2)
 
 
+_TEMP = re.compile(r"\..+\.[a-z0-9_]{8}\.tmp")  # gdro.common.ioerrors.atomic_write's: .<name>.<mkstemp's 8>.tmp
+
+
+def _remove_stale_temps(out: Path, summaries: Path | None) -> None:
+    """Remove the temporary files an earlier gdro-report left in ``out`` (and beside ``--summaries``) when it was
+    stopped mid-write (a Ctrl-C between creating one and renaming it into place): hidden, named as
+    :func:`gdro.common.ioerrors.atomic_write` names them, never read by anything."""
+    for folder, prefix in ((out, "."), *(((summaries.parent, f".{summaries.name}."),) if summaries else ())):
+        if not folder.is_dir():
+            continue
+        for path in folder.iterdir():
+            if path.name.startswith(prefix) and _TEMP.fullmatch(path.name) and path.is_file():
+                path.unlink(missing_ok=True)
+
+
 def _main(argv: list[str] | None) -> int:
     from gdro.common.ioerrors import check_creatable
 
@@ -141,6 +162,7 @@ def _main(argv: list[str] | None) -> int:
         if out.exists() and not out.is_dir():
             ap.error(f"--out {out}: is a file; the report goes into a directory")
         check_creatable(out)
+    _remove_stale_temps(out, args.summaries)
     found, skipped, root = _scan(ap, args)
     runs = [r for r in found if r.complete or args.include_incomplete]
     notes, lines = exclusion_notes(found, skipped, root, include_incomplete=args.include_incomplete)
@@ -165,7 +187,7 @@ def _main(argv: list[str] | None) -> int:
               f"levels {tail_levels}; no tail metric", file=sys.stderr)
     rows = aggregate(runs, which=args.which)
     md, csv_path = write_table(rows, out, notes=notes)
-    figs = make_figures(runs, out)
+    figs = None if args.no_figures else make_figures(runs, out)
     paired_md = None
     if any(r.method == BASELINE for r in runs) and len(group_by_method(runs)) > 1:
         heads = sorted({k for r in rows for k in r["metrics"] if is_headline(k)}, key=metric_sort_key)
@@ -182,7 +204,8 @@ def _main(argv: list[str] | None) -> int:
     if paired_md is not None:  # the held-out curve at equal compute: the tail mean@k, else the first mean@k
         curve_key = mean_tail or next((k for k in heads if METRIC_KEY.match(k)["kind"] == "mean"), None)
         compute = write_compute(runs, out, curve_key, args.axis, args.which, args.primary) if curve_key else None
-        if compute is not None and fig_compute_curves(runs, curve_key, compute[2], out / "compute_curves.png"):
+        if figs is not None and compute is not None and fig_compute_curves(runs, curve_key, compute[2],
+                                                                           out / "compute_curves.png"):
             figs.append(out / "compute_curves.png")
     mech_md, mech_text, paper_md = _write_mechanism(runs, out, figs)
     n_left = sum(line.startswith("left out") for line in lines)
@@ -199,7 +222,7 @@ def _main(argv: list[str] | None) -> int:
     if table1 is not None:
         print(table1.read_text(encoding="utf-8"))
     written = [md, csv_path, *([paired_md] if paired_md else []), *([compute[0]] if compute else []),
-               *([mech_md] if mech_md else []), *([paper_md] if paper_md else []), *([table1] if table1 else []), *figs,
+               *([mech_md] if mech_md else []), *([paper_md] if paper_md else []), *([table1] if table1 else []), *(figs or []),
                *([summaries] if summaries else [])]
     print("wrote " + ", ".join(p.name if i else str(p) for i, p in enumerate(written)))
     if args.wandb:

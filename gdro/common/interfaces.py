@@ -16,7 +16,7 @@ its group's Protocol. See ``docs/extending.md``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -39,6 +39,12 @@ class Problem:
     prompt: str
     answer: str
     level: int
+    # the dataset row's other columns (data=custom), which a user's reward functions receive as keyword arguments
+    # (TRL's convention; gdro.grading.functions); None for the built-in tasks. Not compared, not hashed
+    columns: Mapping[str, Any] | None = field(default=None, compare=False, repr=False)
+    # the prompt as the row held it when it was a conversation (a tuple of {role, content} messages): what a reward
+    # function receives as its prompt; ``prompt`` is then the content of its last user message
+    messages: tuple[Mapping[str, Any], ...] | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,10 @@ class RewardBatch:
     n_error: int = 0  # an exception while scoring (logged): scored as unparsable, but counted only here
     n_formatted: int = 0  # in the format a format term rewards (gdro.grading.shaping), right or wrong
     n_overlong: int = 0  # longer than L_max - L_cache: the overlong punishment applied (0 when it is off)
+    # a user's reward functions (reward.functions; gdro.grading.functions): each term's raw values, (N,) float64, NaN
+    # where the function returned None or failed, and each term's failed rows. Empty without such functions
+    terms: Mapping[str, np.ndarray] = field(default_factory=dict)
+    term_errors: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

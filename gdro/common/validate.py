@@ -239,11 +239,17 @@ def check_values(values: dict[str, Any], schema: Schema, prefix: str = "", node:
 def rewrite(err: Exception, values: dict[str, Any], prefix: str, node: DictConfig | None = None) -> ConfigError:
     """A component's ``"<key> must be ..., got <v>"`` as ``"<prefix><key>=<v>: must be ..."`` (one line)."""
     msg = " ".join(str(err).split()) or type(err).__name__
+    if getattr(err, "keyed", False):  # the message names the key inside the node already (reward.functions[0].fn=...)
+        return ConfigError(f"{prefix}{msg}")
     m = re.match(r"(\w+)\b[:\s]*(.*)", msg)
     if m is None or m.group(1) not in values:
         return ConfigError(f"{prefix.rstrip('.')}: {msg}" if prefix else msg)
     key, rest = m.group(1), m.group(2)
     value = values[key]
+    for shown in {show(value), str(value), repr(value)}:  # drop a leading "=<value>" ("mode=x needs ..."): it leads
+        if rest.startswith(f"={shown}"):
+            rest = rest[len(shown) + 1:].lstrip(" :")
+            break
     for shown in {show(value), str(value), repr(value)}:  # drop a trailing ", got <value>": the value leads
         if rest.endswith(f", got {shown}"):
             rest = rest[: -len(f", got {shown}")]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,10 +32,14 @@ from gdro.algorithm.execution import Execution
 from gdro.algorithm.filters import DynamicSampling, Filter, NoFilter
 from gdro.algorithm.settings import RunSettings
 from gdro.algorithm.trainer import Trainer
+from gdro.common import portable
 from gdro.common.interfaces import Controllers, Problem, Problems
+from gdro.common.threads import AUTO, place_threads, torch_default
 from gdro.common.validate import ConfigError, validate_config
 from gdro.controllers.skip import NoSkip
+from gdro.grading.functions import with_functions
 from gdro.loss import Objective
+from gdro.models.dir_checks import spec_shape_problem
 from gdro.models.loading import Policy, lora_target_problem
 from gdro.models.source import model_provenance
 from gdro.parallel import distributed, process_group
@@ -109,11 +113,24 @@ def build_components(cfg: DictConfig) -> Components:
     check_groups_can_mix(parts["filter"], run.rollouts_per_prompt, parts["allocator"])
     check_advantage(parts["advantage"], parts["loss"], run.rollouts_per_prompt, parts["allocator"])
     check_engine(parts["rollout"])
+    check_overlong(getattr(parts["reward"], "config", None), parts["model"].max_new_tokens)
     if not isinstance(parts["skip"], NoSkip) and parts["sampler"].reads_labels:
         raise ConfigError("skip=greso cannot wrap a control that reads the generator's labels (sampler "
                           f"{type(parts['sampler']).__name__}): the oracle would no longer be the oracle")
     parts["sampler"] = parts["skip"].wrap(parts["sampler"])
+    parts["reward"] = with_functions(parts["reward"])  # reward.functions beside math-verify (checked, imported above)
+    check_golds_of(parts["data"], parts["reward"])
     return Components(run, **parts)
+
+
+def check_golds_of(data: Any, reward: Any) -> None:
+    """data=custom without golds (``data.answer_key: null``) needs a reward that reads none (gdro.data.custom)."""
+    from gdro.data.custom import check_golds
+
+    try:
+        check_golds(data, reward)
+    except ValueError as err:
+        raise ConfigError(str(err)) from err
 
 
 def check_groups_can_mix(flt: Filter, n_bar: int, allocator: Any) -> None:
@@ -127,6 +144,19 @@ def check_groups_can_mix(flt: Filter, n_bar: int, allocator: Any) -> None:
                       "groups whose rewards differ, and every group is then a single rollout, so no round of any step "
                       f"could keep one; set rollouts_per_prompt >= 2{' and allocator.n_max >= 2' if capped else ''}, "
                       "or filter=none")
+
+
+def check_overlong(reward_cfg: Any, max_new_tokens: int) -> None:
+    """DAPO's overlong punishment (``reward.overlong_buffer`` > 0) starts ``overlong_buffer`` tokens before its
+    limit ``reward.overlong_max_tokens``; a limit past ``model.max_new_tokens`` (the longest a completion can be)
+    punishes less than asked, or, once the buffer starts past it too, never at all. A ConfigError up front."""
+    limit = getattr(reward_cfg, "overlong_max_tokens", None)
+    if not getattr(reward_cfg, "overlong_buffer", 0) or not isinstance(limit, int) or limit <= max_new_tokens:
+        return
+    raise ConfigError(f"reward.overlong_max_tokens={limit}: more than model.max_new_tokens={max_new_tokens}, the "
+                      f"longest a completion can be, so the overlong punishment (reward.overlong_buffer="
+                      f"{reward_cfg.overlong_buffer}) never applies in full; set it to at most {max_new_tokens} "
+                      "(its default: ${model.max_new_tokens})")
 
 
 def check_moved_keys(cfg: DictConfig) -> None:
@@ -200,13 +230,14 @@ def run_name(choices: dict[str, str] | None, seed: int) -> str:
     return "-".join(parts + [f"s{seed}"])
 
 
-def place(threads: int | None, device: str, *, seed: int | None = None) -> torch.device:
+def place(threads: int | str | None, device: str, *, seed: int | None = None) -> torch.device:
     """Placing on a device: torch's CPU threads, the seed of its global RNG, and this process's device (under
     ``torchrun`` or a submitit job of several tasks on CUDA, its own GPU). Every entry point's first step."""
     from gdro.models.loading import resolve_device
 
-    if threads is not None:
-        torch.set_num_threads(threads)
+    chosen = place_threads(threads, portable.enabled())  # threads=auto: the free cores (gdro.common.threads)
+    if threads == AUTO:  # (debug: a refused start writes nothing, the job log included)
+        log.debug("threads=auto: %d thread(s) (torch's default: %d)", chosen, torch_default())
     if seed is not None:
         torch.manual_seed(seed)
     process_group.export_job_environment()  # a submitit job of several tasks: one process per task
@@ -303,11 +334,14 @@ class Training:
         return self.lifecycle.logger
 
 
-def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None) -> Training:
+def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | None = None,
+                   accepted: Callable[[], object] | None = None) -> Training:
     """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer in its run.
 
-    Everything that can fail on a user's input (config values, the resume checks, the datasets) is done before
-    the model loads.
+    Everything that can fail on a user's input (config values, the resume checks, the datasets, a model dir that
+    does not fit its config) is done before the model loads and before the run dir opens: ``accepted`` (gdro-train:
+    the ``.hydra/`` files written) is called once the start is accepted, right before, so a refused start changes
+    no file in the run dir.
     """
     comp = build_components(cfg)
     run, spec = comp.settings, comp.model
@@ -326,9 +360,12 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
         "train": len(splits.problems["train"]), "test": len(splits.problems["test"]),
         "dropped_long_prompts": splits.dropped})
     meta["model"] = model_provenance(spec)  # which weights: the path read, a fallback used, how gdro built them
-    problem = lora_target_problem(spec)  # LoRA targets the model lacks: refused before the run dir opens
+    problem = spec_shape_problem(spec) or lora_target_problem(spec)  # weights that do not fit its config.json, LoRA
+    #                                                                    targets it lacks: refused before the run dir opens
     if problem is not None:
         raise ConfigError(problem)
+    if accepted is not None:
+        accepted()
     record = open_run_dir(run_dir, OmegaConf.to_yaml(cfg, resolve=True), meta, ckpt_meta, dist)
     policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
                          reference=comp.loss.beta_kl > 0)

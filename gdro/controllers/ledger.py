@@ -8,7 +8,7 @@ that methods that generate more or less per step can be compared at equal comput
 | ``compute/rollouts``, ``compute/tokens`` | rollouts and completion tokens generated this step, discarded ones included |
 | ``compute/rollouts_cum``, ``compute/tokens_cum`` | the same, cumulative over the run (checkpointed: exact on resume) |
 | ``compute/discarded_rollouts`` | rollouts generated this step but not trained on (0 without a filter) |
-| ``compute/groups_with_grad`` | trained groups whose rewards are not all equal (GRPO's advantage is 0 for the others) |
+| ``compute/groups_with_grad`` | trained groups with a non-zero advantage: for grpo, dr-grpo, rloo and reinforce-pp (group baseline) those whose rewards are not all equal (gdro.loss.advantage_estimators.groups_with_gradient) |
 | ``compute/groups_with_grad/<bin>`` | the same within each bin of the trained batch |
 | ``compute/rollouts_per_prompt/<bin>`` | mean rollouts per generated group of the bin this step (discarded included) |
 | ``compute/groups_with_grad_cum`` | trained groups with gradient, cumulative |

@@ -60,7 +60,7 @@ def _in_finalizer(frame: Any) -> bool:
 
 
 @contextmanager
-def deadline(seconds: float) -> Iterator[None]:
+def deadline(seconds: float, *, wall_s: float | None = None) -> Iterator[None]:
     """Raise :class:`Deadline` in the body once it has used ``seconds`` of CPU time (main thread; elsewhere a no-op).
 
     The bound is on the CPU time of the scoring thread (``time.thread_time``), not on the wall clock: a wall-clock
@@ -77,6 +77,9 @@ def deadline(seconds: float) -> Iterator[None]:
     context (a SIGALRM before that ``setitimer`` is an outer timer's: it goes to that timer's handler). A
     pending outer ITIMER_REAL timer is honoured: if it is due first we stop then, and it is re-armed
     afterwards with its remaining time (at least 1 µs), so its own handler still runs.
+
+    ``wall_s`` (None: no such bound) also ends a body that *waits* (a user's reward function that sleeps or calls a
+    server: gdro.grading.functions) once that much wall-clock time has passed, whatever CPU time it used.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -90,8 +93,9 @@ def deadline(seconds: float) -> Iterator[None]:
                 return
             cpu_left = seconds - (time.thread_time() - cpu_start)
             outer_left = outer_delay - (time.monotonic() - start) if outer_delay > 0 else math.inf
-            if cpu_left > 0 and outer_left > 0:  # a busy machine: wall time passed, our CPU time did not
-                signal.setitimer(signal.ITIMER_REAL, max(min(cpu_left, outer_left), 1e-6), _RETRY_S)
+            wall_left = wall_s - (time.monotonic() - start) if wall_s is not None else math.inf
+            if cpu_left > 0 and outer_left > 0 and wall_left > 0:  # a busy machine: wall time passed, CPU time not
+                signal.setitimer(signal.ITIMER_REAL, max(min(cpu_left, outer_left, wall_left), 1e-6), _RETRY_S)
                 return
             raise Deadline
         elif phase[0] == "setup" and callable(previous[0]):

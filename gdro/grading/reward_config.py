@@ -6,7 +6,9 @@ beside correctness.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from gdro.grading.deadline import MAX_TIMEOUT_S
 
@@ -36,6 +38,9 @@ class RewardConfig:
     overlong_buffer: int = 0  # L_cache of DAPO's soft overlong punishment (Eq. 13); 0: off
     overlong_factor: float = 1.0  # the punishment's scale (verl penalty_factor)
     overlong_max_tokens: int | None = None  # L_max: the length limit (conf: ${model.max_new_tokens})
+    # a user's reward functions beside math-verify (gdro.grading.functions): [{fn: "pkg.mod:f", weight: w, name: n}];
+    # checked and imported here, held as FunctionSpecs; () = none (nothing changes)
+    functions: Sequence[Mapping[str, Any]] = ()
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.correct) and math.isfinite(self.incorrect)):
@@ -67,6 +72,9 @@ class RewardConfig:
             if isinstance(limit, bool) or not isinstance(limit, int) or not limit > self.overlong_buffer:
                 raise ValueError(f"overlong_buffer={self.overlong_buffer} needs overlong_max_tokens (the length limit, "
                                  f"model.max_new_tokens) greater than it, got {limit!r}")
+        from gdro.grading.functions import parse_functions
+
+        object.__setattr__(self, "functions", parse_functions(self.functions, beside_math_verify=True))
 
     @property
     def shaped(self) -> bool:

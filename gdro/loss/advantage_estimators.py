@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, runtime_checkable
 
+import numpy as np
 import torch
 
 from gdro.loss.advantages import (
@@ -37,7 +38,7 @@ from gdro.loss.advantages import (
 )
 
 __all__ = ["AdvantageEstimator", "DrGRPOAdvantage", "GRPOAdvantage", "GRPOPassKAdvantage", "RLOOAdvantage",
-           "ReinforcePPAdvantage", "check_group_sizes"]
+           "ReinforcePPAdvantage", "check_group_sizes", "groups_with_gradient"]
 
 
 @runtime_checkable
@@ -69,6 +70,19 @@ def check_group_sizes(estimator: AdvantageEstimator, smallest: int, key: str) ->
         why, name = getattr(estimator, "why_min_group", ""), getattr(estimator, "name", type(estimator).__name__)
         raise ValueError(f"{key}={smallest}: advantage={name} needs groups of {need} or more responses, and a "
                          f"prompt may get {smallest} here{': ' + why if why else ''}; set {key} >= {need}")
+
+
+def groups_with_gradient(estimator: AdvantageEstimator, mixed: np.ndarray, adv: torch.Tensor,
+                         group_index: np.ndarray, num_groups: int) -> np.ndarray:
+    """Which of ``num_groups`` groups carry gradient (a non-zero advantage): for an estimator whose zero groups are
+    exactly those whose rewards are all equal (grpo, dr-grpo, rloo, reinforce-pp with the group baseline), the
+    ``mixed`` groups, as the ledger always counted; else (``grpo-passk``: a tie at the top gives a mixed group no
+    gradient; ``reinforce-pp`` with ``baseline: none``: an unmixed group has one) the groups with a non-zero advantage."""
+    if getattr(estimator, "zero_iff_equal", True):
+        return np.asarray(mixed, dtype=bool)
+    nonzero = np.zeros(num_groups, dtype=bool)
+    np.logical_or.at(nonzero, np.asarray(group_index, dtype=np.int64), adv.detach().cpu().numpy() != 0)
+    return nonzero
 
 
 @dataclass(frozen=True)
@@ -146,6 +160,11 @@ class ReinforcePPAdvantage:
     def min_group(self) -> int:
         return 2 if self.baseline == "group" else 1
 
+    @property
+    def zero_iff_equal(self) -> bool:
+        """Whether a group's advantages are all 0 exactly when its rewards are all equal (groups_with_gradient)."""
+        return self.baseline == "group"
+
     def __call__(self, rewards: torch.Tensor, group_index: torch.Tensor, num_groups: int) -> torch.Tensor:
         return reinforce_pp_advantages(rewards, group_index, num_groups, baseline=self.baseline, eps=self.eps,
                                        unbiased_std=self.unbiased_std)
@@ -158,6 +177,7 @@ class GRPOPassKAdvantage:
 
     name: ClassVar[str] = "grpo-passk"
     min_group: ClassVar[int] = 2
+    zero_iff_equal: ClassVar[bool] = False  # tied best responses: a mixed group with no gradient
     why_min_group: ClassVar[str] = "r_max - r_2nd needs a second response, verl raises on a group of one"
 
     norm_adv_by_std: bool = True

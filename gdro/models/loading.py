@@ -24,9 +24,11 @@ import torch
 from gdro.common import portable
 from gdro.models.dir_checks import (
     chat_template_problem,
+    missing_weights,
     model_dir_problem,
     shape_mismatch,
     shape_problem,
+    special_tokens_problem,
     tokenizer_problem,
     weights_problem,
 )
@@ -176,11 +178,13 @@ def _kernel_kwargs(hub_kernels: bool) -> dict[str, bool]:
     return {"use_kernels": hub_kernels} if hub_kernels or int(transformers.__version__.split(".")[0]) >= 5 else {}
 
 
-def check_placement(threads: int | None, device: str) -> None:
+def check_placement(threads: int | str | None, device: str) -> None:
     """The ``threads`` and ``device`` settings every entry point takes, checked one way: threads >= 1 or null, and
     a device this machine has (:func:`resolve_device`); under ``GDRO_PORTABLE=1``, 1 or null. Raises ValueError (or TypeError) naming the key."""
-    if threads is not None and threads < 1:
-        raise ValueError(f"threads must be >= 1 or null, got {threads}")
+    if threads == "auto":  # the free cores (gdro.common.threads); one under GDRO_PORTABLE=1
+        threads = None
+    elif threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be >= 1, auto or null, got {threads!r}")
     portable.check_threads(threads)  # GDRO_PORTABLE=1 runs one thread
     resolve_device(device)
 
@@ -221,7 +225,8 @@ def load_tokenizer(spec: ModelSpec):
         if not Path(path).is_dir():
             raise
         raise ModelUnavailableError(f"Cannot load model {path!r}: {tokenizer_problem(path, err)}") from err
-    problem = chat_template_problem(path, tokenizer) if spec.use_chat_template else None
+    problem = special_tokens_problem(path, tokenizer) or (
+        chat_template_problem(path, tokenizer) if spec.use_chat_template else None)
     if problem is not None:
         raise ModelUnavailableError(f"Cannot load model {path!r}: {problem}")
     tokenizer.padding_side = "left"
@@ -334,6 +339,8 @@ def load_model(spec: ModelSpec, *, device: str | torch.device = "cpu", tokenizer
             if info.get("mismatched_keys"):  # (weights shape_problem cannot read): the report held back is dropped
                 raise ModelUnavailableError(f"Cannot load model {path!r}: "
                                             f"{shape_mismatch(path, info['mismatched_keys'])}")
+            if info.get("missing_keys"):  # weights the model would start from random values: never silently
+                raise ModelUnavailableError(f"Cannot load model {path!r}: {missing_weights(path, info['missing_keys'])}")
     except (OSError, HfHubHTTPError, HFValidationError) as err:
         if isinstance(err, ModelUnavailableError):
             raise

@@ -130,9 +130,12 @@ class Dist:
         """The rows this process trains on (its shards' groups); None in one process (every row)."""
         return None
 
-    def score(self, reward, roll: RolloutBatch, golds: list[str], local: np.ndarray | None):
-        """The step's verdicts (``reward.score`` on every row)."""
-        return reward.score(roll.texts, golds, roll.finished, roll.lengths)
+    def score(self, reward, roll: RolloutBatch, golds: list[str], local: np.ndarray | None,
+              problems: list | None = None):
+        """The step's verdicts (``reward.score`` on every row; ``problems``, each row's, to a reward that
+        ``reads_problems``: a user's reward functions, gdro.grading.functions)."""
+        extra = {} if problems is None else {"problems": problems, "completion_ids": roll.completion_ids}
+        return reward.score(roll.texts, golds, roll.finished, roll.lengths, **extra)
 
     def sync_engine(self, engine, policy: torch.nn.Module) -> None:
         """The engine samples from the updated policy (HF: the policy itself; vLLM: its weights, a LoRA policy's
@@ -235,20 +238,29 @@ class ProcessGroupDist(Dist):
         lo, hi = bounds[mine[0]], bounds[mine[-1] + 1]
         return np.flatnonzero((roll.group_index >= lo) & (roll.group_index < hi))
 
-    def score(self, reward, roll: RolloutBatch, golds: list[str], local: np.ndarray | None):
+    def score(self, reward, roll: RolloutBatch, golds: list[str], local: np.ndarray | None,
+              problems: list | None = None):
         """Each process scores its own rows and the verdicts are all-gathered: the reward's time bound makes a
         verdict depend on timing, so processes scoring the same row could disagree and their controllers drift
         apart."""
+        extra = {} if problems is None else {"problems": [problems[i] for i in local],
+                                             "completion_ids": [roll.completion_ids[i] for i in local]}
         mine = reward.score([roll.texts[i] for i in local], [golds[i] for i in local], roll.finished[local],
-                            roll.lengths[local])
+                            roll.lengths[local], **extra)
         rewards, correct = np.zeros(len(roll), dtype=np.float64), np.zeros(len(roll), dtype=bool)
         counts: dict[str, int] = {}
+        terms = {name: np.full(len(roll), np.nan) for name in mine.terms}  # a user's reward functions' terms
+        errors = dict.fromkeys(mine.terms, 0)
         for rows, batch in self.all_gather_object((local, mine)):
             rewards[rows], correct[rows] = batch.rewards, batch.correct
             for f in dataclasses.fields(batch):
                 if f.name.startswith("n_"):
                     counts[f.name] = counts.get(f.name, 0) + int(getattr(batch, f.name))
-        return dataclasses.replace(mine, rewards=rewards, correct=correct, **counts)
+            for name, values in terms.items():
+                values[rows] = batch.terms[name]
+                errors[name] += int(batch.term_errors.get(name, 0))
+        extra_fields = {"terms": terms, "term_errors": errors} if terms else {}
+        return dataclasses.replace(mine, rewards=rewards, correct=correct, **counts, **extra_fields)
 
     def sync_engine(self, engine, policy: torch.nn.Module) -> None:
         """Each engine holds its own unsharded copy (HF) or its own weights (vLLM): the full weights go in."""

@@ -70,7 +70,7 @@ class OptimConfig:
         lo, hi = self.engine_is_min, self.engine_is_max
         if lo is not None and hi is not None and not lo < hi:
             raise ValueError(f"engine_is_min must be < engine_is_max, got {lo} and {hi}")
-        if self.engine_is_mode.endswith("truncate") and hi is None and lo is None:
+        if self.engine_is_mode != "none" and hi is None and lo is None:  # a mask or a clamp without a bound: a no-op
             raise ValueError(f"engine_is_mode={self.engine_is_mode} needs engine_is_max or engine_is_min (a bound)")
         for key in ("shared_prefix", "pack", "mask_truncated_completions"):
             if not isinstance(getattr(self, key), bool):

@@ -116,6 +116,8 @@ def read_meta(ckpt: str | Path) -> dict[str, Any]:
         raise CheckpointError(ckpt, "meta.json", err) from err
     if not isinstance(meta, dict) or not isinstance(meta.get("step"), int):
         raise CheckpointError(ckpt, "meta.json", ValueError("not a checkpoint's meta.json (no step)"))
+    if not isinstance(meta.get("config"), dict):  # what a resume compares the command's config with
+        raise CheckpointError(ckpt, "meta.json", ValueError("not a whole checkpoint's meta.json (no config)"))
     return meta
 
 

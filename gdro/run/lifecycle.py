@@ -41,6 +41,7 @@ from gdro.algorithm.settings import RunSettings
 from gdro.algorithm.tracking import RunRecord
 from gdro.common.interfaces import MetricLogger
 from gdro.common.ioerrors import named_io
+from gdro.common.threads import AUTO, SlowdownWatch
 from gdro.models.dir_checks import missing_parts
 from gdro.parallel.distributed import Dist
 from gdro.run.checkpoint import (
@@ -142,6 +143,7 @@ class Lifecycle:
     _last_step: int | None = field(default=None, init=False, repr=False)  # the last step logged (or begun at)
     _bar: Any = field(default=None, init=False, repr=False)  # the progress bar over the steps (steps)
     _shown: dict[str, str] = field(default_factory=dict, init=False, repr=False)  # the last evaluation, on the bar
+    _watch: SlowdownWatch | None = field(default=None, init=False, repr=False)  # steps slowing: a shared CPU
 
     def fit(self, trainer: Algorithm) -> list[dict[str, Any]]:
         """Train for ``steps`` steps (from the checkpoint in ``resume_from``, if any); returns the logged rows.
@@ -201,13 +203,19 @@ class Lifecycle:
 
     def after(self, step: int, row: dict[str, Any], trainer: Algorithm) -> dict[str, Any]:
         """After a step: its row logged, then a checkpoint on schedule, at the end, or when a signal asked us to stop
-        (after this step's row); then the stop, if asked. Returns the row as logged."""
+        (after this step's row); then the stop, if asked -- unless this was the last step: its row is logged, so the
+        run goes on to its end (the final save) and completes, and gdro-train says that the signal came at the end.
+        Returns the row as logged."""
         row = self.log(row)
         self._bar.set_postfix({"reward": f"{row['reward/mean']:.3f}", **self._shown})
+        self._watch = self._watch or SlowdownWatch(auto=self.settings.threads == AUTO)
+        if (line := self._watch.observe(row)) is not None:  # threads=auto: chosen again; else one warning
+            log.warning(line)
         ckpt = None
         if self.ckpt.due(step, self.settings.steps) or self._stop_requested():
             ckpt = self.checkpoint(step, trainer)
-        self._check_stop(step, ckpt)
+        if step < self.settings.steps:
+            self._check_stop(step, ckpt)
         return row
 
     def log(self, row: dict[str, Any]) -> dict[str, Any]:

@@ -151,6 +151,7 @@ class RunDirLock:
         self.check_s, self.claim_grace_s = check_s, claim_grace_s
         self.previous: dict[str, Any] | None = None
         self.record: dict[str, Any] = {}
+        self.found, self.keep_found = b"", False  # the file as acquire found it; keep_found: put it back on release
         self._fd: int | None = None
         self._ident: tuple[int, int] | None = None  # (device, inode) of the file locked through _fd
         self._lost: str | None = None  # who holds the dir since gdro.lock was removed and taken (RunDirLost)
@@ -187,7 +188,7 @@ class RunDirLock:
             self._verifiable = ident(os.stat(self.path)) == self._ident
             if not self._verifiable:
                 log.info("%s: stat and fstat disagree on this filesystem; a removal of it will go unnoticed", self.path)
-            self.record = new_record()
+            self.record, self.found = new_record(), os.pread(fd, 1 << 16, 0)
             if self.previous is not None and self.previous.get("deferred"):
                 self.record["deferred"] = self.previous["deferred"]  # until a start records it in run.json
             self._update()
@@ -343,7 +344,11 @@ class RunDirLock:
         if self._beats is not None:
             self._beats.join(timeout=5)
         try:
-            self._update(state="released")
+            if self.keep_found and self.found and self._lost is None:  # a refused start (gdro.cli.train): as found
+                os.pwrite(self._fd, self.found, 0)
+                os.ftruncate(self._fd, len(self.found))
+            else:
+                self._update(state="released")
         except OSError as err:
             log.warning("%s: release not recorded (%s)", self.path, err)
         with self._io:

@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 # keys a resumed run may change: its length, its machine, how long it waits for the run dir's lock, what it shows of
 # its completions (gdro.algorithm.samples: nothing the training reads)
 RESUMABLE_CHANGES = ("steps", "device", "lock.wait_s", "lock.requeue_wait_s", "samples.every", "samples.train",
-                     "samples.eval")
+                     "samples.eval", "threads")  # threads: the toy's numbers do not depend on it (gdro.common.threads)
 
 
 def resume_point(run: RunSettings, run_dir: Path, resolved: dict[str, Any], dist: Dist
