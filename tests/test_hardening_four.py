@@ -127,11 +127,15 @@ def _digest(run_dir: Path) -> dict[str, str]:
             for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("extra", [["optim.lr=0.5"], ["resume=false"]], ids=["changed-key", "resume-false"])
+@pytest.mark.parametrize("extra", [["optim.lr=0.5"], ["resume=false"], []], ids=["changed-key", "resume-false",
+                                                                             "policy-cut-short"])
 def test_a_refused_resume_changes_no_file_in_the_run_dir(finished, extra, tmp_path, monkeypatch, capsys):  # noqa: F811
     src, overrides = finished
     run_dir = tmp_path / "run"
     shutil.copytree(src, run_dir)
+    if not extra:  # a checkpoint file cut short: refused before the start is accepted (gdro.run.checkpoint.check_whole)
+        policy = run_dir / "checkpoints" / "step_000002" / "policy.pt"
+        policy.write_bytes(policy.read_bytes()[:1000])
     (run_dir / app.HYDRA_SUBDIR).mkdir(exist_ok=True)  # as gdro-train leaves them (the fixture ran without Hydra)
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         (run_dir / app.HYDRA_SUBDIR / name).write_text(f"# {name} of the first start\n")

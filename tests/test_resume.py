@@ -204,7 +204,7 @@ def test_resume_with_a_different_config_is_refused_listing_the_differences(tmp_p
         build_training(compose_cfg(FAST + ["optim.lr=3e-4", "seed=5", "steps=9"]), tmp_path)
     msg = str(err.value)
     assert "2 key(s)" in msg and "optim.lr: 0.0001 -> 0.0003" in msg and "seed: 0 -> 5" in msg
-    assert "steps" not in msg.split("key(s)")[1].replace("only steps, device, lock.* and samples.* may change", "")
+    assert "steps" not in msg.split("key(s)")[1].replace("only steps, device, threads, lock.* and samples.* may change", "")
 
 
 def test_checkpoint_beyond_the_requested_steps_is_refused(tmp_path: Path):

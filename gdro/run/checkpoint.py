@@ -121,6 +121,21 @@ def read_meta(ckpt: str | Path) -> dict[str, Any]:
     return meta
 
 
+def check_whole(ckpt: str | Path) -> None:
+    """Refuse, in one line, a checkpoint whose ``.pt`` files are cut short (no zip directory at the end: a copy or
+    a write stopped midway), before a resume is accepted, so that the refusal leaves the run dir as it was. Cheap:
+    each file's zip directory is read, not its tensors (a byte damaged inside a tensor is found when it loads)."""
+    import zipfile
+
+    ckpt = Path(ckpt)
+    for path in sorted(ckpt.glob("*.pt")):
+        try:
+            with zipfile.ZipFile(path):
+                pass
+        except (zipfile.BadZipFile, OSError) as err:
+            raise CheckpointError(ckpt, path.name, err) from err
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:

@@ -31,6 +31,7 @@ from gdro.common.ioerrors import named_io
 from gdro.common.validate import ConfigError, component_class, field_default
 from gdro.parallel.distributed import Dist, SilentLogger
 from gdro.run.checkpoint import (
+    check_whole,
     latest_checkpoint,
     read_meta,
 )
@@ -73,9 +74,10 @@ def resume_point(run: RunSettings, run_dir: Path, resolved: dict[str, Any], dist
     diffs = config_differences(meta["config"], resolved, ignore=RESUMABLE_CHANGES, schema=schema)
     if diffs:
         raise ConfigError(f"cannot resume {ckpt}: the config differs from the checkpoint's in {len(diffs)} key(s) "
-                          f"(only steps, device, lock.* and samples.* may change): " + "; ".join(diffs))
+                          f"(only steps, device, threads, lock.* and samples.* may change): " + "; ".join(diffs))
     if meta["step"] > run.steps:
         raise ConfigError(f"steps={run.steps}: the checkpoint {ckpt} is already at step {meta['step']}")
+    check_whole(ckpt)  # a file cut short: refused here, before the start is accepted and writes anything
     try:
         dist.check_resume(int(migrated_state({"meta": dict(meta)}, schema)["meta"]["world_size"]), ckpt)
     except ValueError as err:
