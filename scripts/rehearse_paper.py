@@ -340,7 +340,7 @@ def main() -> None:
             sum(1 for k in tok if k.endswith("/len_mean")), 1)
         summary.append(f"| {LABELS.get(preset, preset)} | {secs:.0f} ({n / secs:.0f} tokens/s) | "
                        f"{peaks[0] if peaks else 0:.0f} |")
-    secs, _ = run([sys.executable, "-m", "gdro.report", str(first), "--wandb"], out / "report.log",
+    secs, _ = run([sys.executable, "-m", "gdro.cli.report", str(first), "--wandb"], out / "report.log",
                   {"WANDB_MODE": "offline"})
     summary += ["", f"## report ({secs:.0f} s: gdro-report {first.name} --wandb; its W&B run joins the sweep's group)\n",
                 "### Table 1 (this rehearsal: random weights, a few steps; the paper's rows for reference)\n",

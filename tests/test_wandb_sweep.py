@@ -60,7 +60,7 @@ def test_a_multirun_is_one_wandb_group_and_the_report_joins_it(tmp_path: Path):
         assert run.display_name == f"smoke-tiny-copy-prompt-gdro-fixed-s{seed}"
         assert json.loads((sweep / job / "run.json").read_text())["status"] == "completed"
 
-    proc = subprocess.run([sys.executable, "-m", "gdro.report", str(sweep), "--wandb"], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-m", "gdro.cli.report", str(sweep), "--wandb"], capture_output=True, text=True,
                           cwd=tmp_path, timeout=600, env={**__import__("os").environ, "WANDB_MODE": "offline"}, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     records = wandb_records(sweep / "report" / "wandb")

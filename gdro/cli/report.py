@@ -229,3 +229,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"logged the report to the sweep's W&B group: {log_to_wandb(root, out, runs, written)}")
     return 0
 
+
+
+if __name__ == "__main__":  # `python -m gdro.cli.report ...`: gdro-report itself (its Ctrl-C handler, its exit)
+    from gdro.cli.entry import report
+
+    report()
