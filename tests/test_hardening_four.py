@@ -127,15 +127,42 @@ def _digest(run_dir: Path) -> dict[str, str]:
             for p in sorted(run_dir.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("extra", [["optim.lr=0.5"], ["resume=false"], []], ids=["changed-key", "resume-false",
-                                                                             "policy-cut-short"])
-def test_a_refused_resume_changes_no_file_in_the_run_dir(finished, extra, tmp_path, monkeypatch, capsys):  # noqa: F811
+def _cut_short(ckpt: Path) -> None:
+    (ckpt / "policy.pt").write_bytes((ckpt / "policy.pt").read_bytes()[:1000])
+
+
+def _damaged_inside(ckpt: Path) -> None:  # one byte of a tensor flipped: the zip directory is intact
+    data = bytearray((ckpt / "policy.pt").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (ckpt / "policy.pt").write_bytes(bytes(data))
+
+
+def _optimizer_missing(ckpt: Path) -> None:
+    (ckpt / "optimizer.pt").unlink()
+
+
+def _trainer_state_unreadable(ckpt: Path) -> None:  # a whole zip that torch.load cannot read (no data.pkl)
+    import zipfile
+
+    with zipfile.ZipFile(ckpt / "trainer.pt", "w") as zf:
+        zf.writestr("x/other", b"not a pickle")
+
+
+@pytest.mark.parametrize(("extra", "damage"), [
+    (["optim.lr=0.5"], None), (["resume=false"], None), ([], _cut_short), ([], _damaged_inside),
+    ([], _optimizer_missing), ([], _trainer_state_unreadable)],
+    ids=["changed-key", "resume-false", "policy-cut-short", "policy-damaged-inside", "optimizer-missing",
+         "trainer-unreadable"])
+def test_a_refused_resume_changes_no_file_in_the_run_dir(finished, extra, damage, tmp_path, monkeypatch,  # noqa: F811
+                                                         capsys):
+    """Refused before the start is accepted, whether by the resume checks, a file cut short or damaged inside
+    (gdro.run.checkpoint.check_whole), or a state that cannot be loaded into the trainer (gdro.run.lifecycle.restore,
+    before gdro-train writes ``.hydra/`` and the run record)."""
     src, overrides = finished
     run_dir = tmp_path / "run"
     shutil.copytree(src, run_dir)
-    if not extra:  # a checkpoint file cut short: refused before the start is accepted (gdro.run.checkpoint.check_whole)
-        policy = run_dir / "checkpoints" / "step_000002" / "policy.pt"
-        policy.write_bytes(policy.read_bytes()[:1000])
+    if damage is not None:
+        damage(run_dir / "checkpoints" / "step_000002")
     (run_dir / app.HYDRA_SUBDIR).mkdir(exist_ok=True)  # as gdro-train leaves them (the fixture ran without Hydra)
     for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
         (run_dir / app.HYDRA_SUBDIR / name).write_text(f"# {name} of the first start\n")

@@ -165,8 +165,11 @@ def test_a_resume_on_changed_base_weights_is_refused_in_one_line(tmp_path):
     name = min(k for k in tensors if k.endswith("gate_proj.weight"))
     tensors[name][0, 0] += 1e-3
     save_file(tensors, str(weights / "model.safetensors"), metadata={"format": "pt"})
+    before = {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
     out = _train(run, "steps=2", f"model.name_or_path={weights}", ok=False)
     assert out.returncode == 2
+    after = {p.relative_to(run): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    assert after.keys() == before.keys() and [n for n in after if after[n] != before[n]] == []  # .hydra/, logs too
     lines = [x for x in out.stderr.splitlines() if x.startswith("checkpoint error:")]
     assert len(lines) == 1 and "step_000001: the base weights changed" in lines[0], out.stderr[-2000:]
     assert "Traceback" not in out.stderr

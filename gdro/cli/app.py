@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import logging.handlers
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -113,6 +114,39 @@ def job_log_files_closed() -> Iterator[None]:
             if isinstance(handler, logging.FileHandler):
                 root.removeHandler(handler)
                 handler.close()
+
+
+@contextmanager
+def job_log_held_back(run_dir: Path, hold: bool = True) -> Iterator[Callable[[], None]]:
+    """The job's log file in ``run_dir`` (opened at its first line) keeps the lines logged before the start is
+    accepted in memory; the function yielded (called once it is accepted) writes them to it, in order, and lets the
+    file take the next ones. A start refused before that (a checkpoint that cannot be loaded, found once the model has
+    loaded and logged) leaves the file as it was: its lines were shown on the console. ``hold`` false: nothing held.
+    """
+    root, buffers = logging.getLogger(), []
+    for handler in list(root.handlers) if hold else []:
+        if isinstance(handler, logging.FileHandler) and Path(handler.baseFilename).parent == run_dir.absolute():
+            memory = logging.handlers.MemoryHandler(capacity=sys.maxsize, flushLevel=logging.CRITICAL + 1,
+                                                    target=handler, flushOnClose=False)
+            memory.setLevel(handler.level)
+            root.removeHandler(handler)
+            root.addHandler(memory)
+            buffers.append((memory, handler))
+
+    def put_back(write: bool) -> None:
+        for memory, handler in buffers:
+            root.removeHandler(memory)
+            root.addHandler(handler)
+            if write:
+                memory.flush()
+            memory.buffer.clear()
+            memory.close()
+        buffers.clear()
+
+    try:
+        yield lambda: put_back(True)
+    finally:
+        put_back(False)
 
 
 def _options_having(key: str, job: list[str], choices: dict | None = None) -> str:

@@ -34,6 +34,7 @@ from gdro.algorithm.settings import RunSettings
 from gdro.algorithm.trainer import Trainer
 from gdro.common import portable
 from gdro.common.interfaces import Controllers, Problem, Problems
+from gdro.common.rollouts import close_engine
 from gdro.common.threads import AUTO, place_threads, torch_default
 from gdro.common.validate import ConfigError, validate_config
 from gdro.controllers.skip import NoSkip
@@ -45,7 +46,7 @@ from gdro.models.source import model_provenance
 from gdro.parallel import distributed, process_group
 from gdro.parallel.distributed import Dist
 from gdro.policy import Forward
-from gdro.run.lifecycle import Lifecycle
+from gdro.run.lifecycle import Lifecycle, restore
 from gdro.run.lock import LockConfig
 from gdro.run.record import open_logger, open_run_dir, resume_point, run_meta
 
@@ -339,9 +340,10 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
     """Validate the whole config, resolve a resume, load data, then the model, and wire the trainer in its run.
 
     Everything that can fail on a user's input (config values, the resume checks, the datasets, a model dir that
-    does not fit its config) is done before the model loads and before the run dir opens: ``accepted`` (gdro-train:
-    the ``.hydra/`` files written) is called once the start is accepted, right before, so a refused start changes
-    no file in the run dir.
+    does not fit its config) is done before the model loads, and the checkpoint a run continues is loaded into the
+    trainer (a file missing or damaged, LoRA adapters whose base changed) before the run dir opens: ``accepted``
+    (gdro-train: the ``.hydra/`` files written) is called once the start is accepted, right before, so a refused
+    start changes no file in the run dir.
     """
     comp = build_components(cfg)
     run, spec = comp.settings, comp.model
@@ -364,13 +366,8 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
     #                                                                    targets it lacks: refused before the run dir opens
     if problem is not None:
         raise ConfigError(problem)
-    if accepted is not None:
-        accepted()
-    record = open_run_dir(run_dir, OmegaConf.to_yaml(cfg, resolve=True), meta, ckpt_meta, dist)
     policy = make_policy(spec, comp.rollout, device, splits.tokenizer, dist, train=True,
                          reference=comp.loss.beta_kl > 0)
-    logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
-                         resume=resume, dist=dist, choices=choices, seed=run.seed)
     sampling = comp.rollout.sampling(spec.max_new_tokens)
     if comp.optim.engine_is_mode != "none":  # the engine-trainer importance weight reads the engine's log-probs
         sampling = dataclasses.replace(sampling, logprobs=True)
@@ -383,4 +380,15 @@ def build_training(cfg: DictConfig, run_dir: Path, *, choices: dict[str, str] | 
         execution=Execution(Forward.bind(comp.optim, pad_id=policy.engine.pad_id, temperature=sampling.temperature,
                                          dist=dist)),
     )
-    return Training(Lifecycle(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved), trainer)
+    try:
+        first = restore(trainer, ckpt, dist)  # a checkpoint that cannot be loaded: refused before the start is accepted
+        if accepted is not None:
+            accepted()
+        record = open_run_dir(run_dir, OmegaConf.to_yaml(cfg, resolve=True), meta, ckpt_meta, dist)
+        logger = make_logger(run_dir, comp.logger, run_name=run_name(choices, run.seed), meta=meta, record=record,
+                             resume=resume, dist=dist, choices=choices, seed=run.seed)
+    except BaseException:
+        close_engine(policy.engine)  # vLLM: its processes shut down here, not left to the interpreter's exit
+        raise
+    return Training(Lifecycle(run, run_dir, dist, logger, record, comp.checkpoint, ckpt, resolved, first=first),
+                    trainer)

@@ -139,6 +139,7 @@ class Lifecycle:
     resume_from: Path | None = None  # the checkpoint this run continues from (resume_point)
     config: dict[str, Any] | None = None  # the resolved config, stored with each checkpoint
     stop: StopRequest | None = None
+    first: int | None = None  # the step the trainer is at once set up and restored (restore), if done before
     _began: bool = field(default=False, init=False, repr=False)  # this attempt has changed the run dir (fit)
     _last_step: int | None = field(default=None, init=False, repr=False)  # the last step logged (or begun at)
     _bar: Any = field(default=None, init=False, repr=False)  # the progress bar over the steps (steps)
@@ -186,13 +187,13 @@ class Lifecycle:
         return rows
 
     def start(self, trainer: Algorithm) -> int:
-        """The trainer set up and, when this run continues a checkpoint, its state loaded; returns the step it is at."""
-        trainer.setup()
-        if self.resume_from is None:
-            return 0
-        step = self._restore(self.resume_from, trainer)
-        log.info("resumed from %s (step %d of %d)", self.resume_from, step, self.settings.steps)
-        return step
+        """The trainer set up and, when this run continues a checkpoint, its state loaded; returns the step it is at
+        (the composition root does this before the start is accepted: ``first``, so this only reports it)."""
+        if self.first is None:
+            self.first = restore(trainer, self.resume_from, self.dist)
+        if self.resume_from is not None:
+            log.info("resumed from %s (step %d of %d)", self.resume_from, self.first, self.settings.steps)
+        return self.first
 
     def steps(self, first: int) -> Iterator[int]:
         """The steps after ``first``, under a progress bar (:meth:`after` shows the last rewards on it)."""
@@ -279,18 +280,6 @@ class Lifecycle:
         self.dist.barrier()  # the checkpoint exists before any process goes on (or stops)
         return path
 
-    def _restore(self, ckpt: Path, trainer: Algorithm) -> int:
-        """Load a checkpoint into the set-up trainer; returns its step."""
-        state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
-        state = migrated_state(state, schema_of(read_meta(ckpt)))  # what an older gdro's checkpoint lacks (migrations)
-        self.dist.check_resume(int(state["trainer"]["world_size"]), ckpt)
-        trainer.load_state_dict(state)
-        step = int(state["trainer"]["step"])
-        meta_step = int(read_meta(ckpt)["step"])
-        if step != meta_step:
-            raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {meta_step}")
-        return step
-
     def save_final(self, trainer: Algorithm) -> None:
         """The final policy in ``<run_dir>/checkpoint``, a HF model dir (:meth:`~gdro.algorithm.trainer.Trainer.save`), written
         like the training checkpoints (gdro.run.checkpoint.atomic_dir), with a marker naming the step it holds, so a kill
@@ -333,3 +322,22 @@ def _eval_postfix(row: Mapping[str, Any]) -> dict[str, str]:
         if k.startswith("eval/mean@") and "/level_" not in k:
             return {k.removeprefix("eval/"): f"{v:.1f}"}
     return {}
+
+
+def restore(trainer: Algorithm, ckpt: Path | None, dist: Dist) -> int:
+    """The trainer set up and, when the run continues the checkpoint ``ckpt``, its state loaded into it; returns the
+    step it is at. The composition root calls this before the start is accepted, so that a checkpoint which cannot be
+    loaded (a file missing or damaged inside, LoRA adapters whose base weights changed) is refused before any file
+    of the run dir changes."""
+    trainer.setup()
+    if ckpt is None:
+        return 0
+    state = load_checkpoint(ckpt, ("policy", "optimizer", "trainer"))
+    state = migrated_state(state, schema_of(read_meta(ckpt)))  # what an older gdro's checkpoint lacks (migrations)
+    dist.check_resume(int(state["trainer"]["world_size"]), ckpt)
+    trainer.load_state_dict(state)
+    step = int(state["trainer"]["step"])
+    meta_step = int(read_meta(ckpt)["step"])
+    if step != meta_step:
+        raise ValueError(f"{ckpt}: trainer state is at step {step}, meta.json says {meta_step}")
+    return step
