@@ -3,10 +3,12 @@ read from the pilot's GRPO run dirs or their committed summaries (gdro/report/su
 
     python experiments/moving_frontier_pilot.py outputs/moving-frontier-pilot/A [--hard 9]
     python experiments/moving_frontier_pilot.py experiments/results/moving-frontier-pilot/summaries.jsonl.gz
+    python experiments/moving_frontier_pilot.py outputs/smollm2-frontier-pilot/A --hard 4    # item 5's pilot
+
 
 Per run: the pool's share in accbin_0 and in accbin_0-2 after the first pass over the pool (``difficulty/pool/<bin>``
-at the step that ends the first epoch, ceil(train_size / prompts_per_step)) and at the last step; the held-out mean@8
-of the hardest levels at step 0 and at the end. Then whether each criterion holds in every run.
+at the step that ends the first epoch, ceil(train_size / prompts_per_step)) and at the last step; the held-out
+mean@k (the run's eval.k: 8 on the toy, 1 on SmolLM2) of the hardest levels at step 0 and at the end. Then whether each criterion holds in every run.
 """
 
 from __future__ import annotations
@@ -31,8 +33,9 @@ def criteria(run: SweepRun, hard: list[int]) -> dict:
         total = sum(counts.values())
         return counts.get("0", 0.0) / total, sum(counts.get(str(b), 0.0) for b in (0, 1, 2)) / total
 
-    evals = [r for r in rows if all(f"eval/mean@8/level_{lv}" in r for lv in hard)]
-    tail = [sum(r[f"eval/mean@8/level_{lv}"] for lv in hard) / len(hard) for r in evals]
+    k = cfg["eval"]["k"]
+    evals = [r for r in rows if all(f"eval/mean@{k}/level_{lv}" in r for lv in hard)]
+    tail = [sum(r[f"eval/mean@{k}/level_{lv}"] for lv in hard) / len(hard) for r in evals]
     (b0_start, b02_start), (b0_end, b02_end) = shares(pool[epoch]), shares(pool[last])
     return {"run": run.path.name, "epoch_step": epoch, "last_step": last, "accbin0_start": b0_start,
             "accbin0_2_start": b02_start, "accbin0_end": b0_end, "accbin0_2_end": b02_end,

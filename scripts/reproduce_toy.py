@@ -182,6 +182,12 @@ PRESETS: dict[str, dict] = {
                         "seeds": list(range(10)), "out": "outputs/moving-frontier",
                         "report": ["--tail-levels", TAIL_LEVELS["toy-moving-frontier"], "--axis", "tokens",
                                    "--primary", "area"]},
+    # issue #48 item 5's pilot (protocol in docs/results.md, "On the real model: the protocol", committed before it
+    # ran): GRPO on SmolLM2-135M-Instruct (experiment=smollm2-frontier, candidate A; B and C are overrides after --),
+    # read by experiments/moving_frontier_pilot.py --hard 4
+    "smollm2-frontier-pilot": {"methods": {"grpo": ALLOCATION["grpo"]}, "base": ["experiment=smollm2-frontier"],
+                               "steps": 60, "seeds": [100, 101], "out": "outputs/smollm2-frontier-pilot/A",
+                               "report": ["--tail-levels", "4", "--axis", "tokens"]},
     # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
     # the rows #31 did not have; #31's other rows are reused (unchanged code)
     "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},
