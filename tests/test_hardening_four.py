@@ -95,6 +95,21 @@ def test_gdro_eval_refuses_a_model_dir_that_would_load_wrong_in_one_line(dirs, n
     assert not (tmp_path / "e" / "eval.json").exists()
 
 
+@pytest.mark.parametrize("name", ["layers2", "no_template"])  # refused in the job, once the model dir is read
+def test_a_refused_gdro_eval_changes_no_file_of_an_earlier_evaluation(dirs, name, tmp_path, monkeypatch, capsys):
+    """An evaluation dir that holds an earlier evaluation (its .hydra/, log, samples, eval.json): a second gdro-eval
+    into it, refused because its model dir would load wrong, leaves every file as it was (.hydra/ and the log are
+    written once the model has passed its checks)."""
+    out = tmp_path / "e"
+    code, _ = _main(evaluator.main, ["gdro-eval", *EVAL, f"hydra.run.dir={out}"], monkeypatch, capsys)
+    assert code in (0, None) and (out / "eval.json").is_file() and (out / app.HYDRA_SUBDIR / "overrides.yaml").is_file()
+    before = _digest(out)
+    code, lines = _main(evaluator.main, ["gdro-eval", *EVAL, f"checkpoint={dirs[name]}",
+                                         f"hydra.run.dir={out}"], monkeypatch, capsys)
+    assert code == 2 and len(lines) == 1, lines
+    assert _digest(out) == before
+
+
 @pytest.mark.parametrize(("name", "says"), [c for c in LOAD_CASES if c.id in ("layers2", "layers6",
                                                                                "no_tokenizer_config", "no_template")])
 def test_gdro_train_refuses_a_model_dir_that_would_load_wrong_in_one_line(dirs, name, says, tmp_path, monkeypatch,

@@ -28,6 +28,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +40,7 @@ from omegaconf import DictConfig, ListConfig, OmegaConf
 from gdro.cli.app import (
     CONF_DIR,
     job_log_files_closed,
+    job_log_held_back,
     planned_run_dir,
     precheck,
     save_hydra_files,
@@ -223,9 +225,12 @@ def markdown(metrics: dict[str, float], names: list[str], k: int) -> str:
     return "\n".join(rows) + "\n"
 
 
-def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None) -> dict[str, float]:
+def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | None = None,
+             accepted: Callable[[], object] | None = None) -> dict[str, float]:
     """Validate ``cfg``, load the model, evaluate every benchmark, write ``samples.jsonl``, ``eval.md`` and, last,
-    ``eval.json`` to ``out_dir`` (:func:`write_results`)."""
+    ``eval.json`` to ``out_dir`` (:func:`write_results`). ``accepted`` (gdro-eval: its ``.hydra/`` files and the
+    job log's first lines written) is called once the config, the benchmarks and the model have passed every check,
+    so that a refused evaluation changes no file of a dir that holds an earlier one."""
     from gdro.algorithm.heldout import evaluate
 
     plan = build_plan(cfg)
@@ -237,6 +242,12 @@ def run_eval(cfg: DictConfig, out_dir: str | Path, *, choices: dict[str, str] | 
     splits = load_splits(spec, plan.benchmarks)  # the engine cannot take longer prompts: dropped (not scored)
     plan.benchmarks, dropped = splits.problems, splits.dropped
     engine = make_policy(spec, eng_cfg, device, splits.tokenizer, Dist()).engine  # samples on the model's device
+    if accepted is not None:
+        try:
+            accepted()
+        except BaseException:
+            close_engine(engine)
+            raise
     k = eval_cfg.k
     reward = plan.parts.reward
     for table in plan.golds.values():  # golds prepared at load: scoring never parses one (no time bound there)
@@ -286,10 +297,14 @@ def write_results(out_dir: Path, record: dict[str, Any], samples: list[dict], md
 @user_errors()
 def _eval(cfg: DictConfig) -> float:
     hc = HydraConfig.get()
-    save_hydra_files(cfg, Path(hc.runtime.output_dir))  # conf/eval_app.yaml: hydra.output_subdir null
     choices = {k: v for k, v in hc.runtime.choices.items() if not k.startswith("hydra")}
     out = cfg.get("out") or hc.runtime.output_dir
-    metrics = run_eval(cfg, out, choices=choices)
+    with job_log_held_back(Path(hc.runtime.output_dir)) as write_log:
+        def accepted() -> None:  # conf/eval_app.yaml: hydra.output_subdir null
+            save_hydra_files(cfg, Path(hc.runtime.output_dir))
+            write_log()
+
+        metrics = run_eval(cfg, out, choices=choices, accepted=accepted)
     log.info("wrote %s/eval.json and eval.md", out)
     return float(metrics[f"eval/pass@{cfg.eval.k}"])
 
