@@ -183,7 +183,7 @@ def moving_frontier_learnability() -> str:
 
 
 def against_control(summaries: Path, levels: list[int], control: str, baseline: str = "uniform+fixed") -> str:
-    """Each row minus the ``control`` row on the primary endpoint (the area under the held-out tail mean@8 curve
+    """Each row minus the ``control`` row on the primary endpoint (the area under the held-out tail mean@k curve
     against generated tokens, up to the pair's smaller total, as compute.md pairs with GRPO), paired by seed, Holm
     over the rows (gdro/report/stats.py): issue #48's rule that a gain counts beyond "stop spending on the wall"
     only where it beats the zero-variance control."""
@@ -194,8 +194,8 @@ def against_control(summaries: Path, levels: list[int], control: str, baseline: 
     from gdro.report.summary import read_summaries as load
 
     runs = load(summaries)[0]
-    add_tail_metrics(runs, levels)
-    key = f"eval/mean@8/{tail_name(levels)}"
+    added = add_tail_metrics(runs, levels)
+    key = next(k for k in added if k.startswith("eval/mean@") and k.endswith(f"/{tail_name(levels)}"))  # the run's k
     by: dict[str, dict] = {}
     for r in runs:
         by.setdefault(r.method, {})[r.seed] = r
