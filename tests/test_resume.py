@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,6 +163,24 @@ def _fit(run_dir: Path, overrides: list[str]):
     return trainer, rows
 
 
+# a finished run of FAST alone (steps=2; no evaluation: FAST has all three switches off), made once for the module:
+# the tests that only need such a run dir each get their own copy of it
+NO_EVAL = ["eval.at_start=false", "eval.at_end=false", "eval.every=0"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> tuple[Path, list[dict]]:
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    _, rows = _fit(run_dir, NO_EVAL)
+    return run_dir, rows
+
+
+def _copy_of(finished_run, tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    shutil.copytree(finished_run[0], run_dir)
+    return run_dir
+
+
 @pytest.mark.parametrize("controllers", [
     # with evaluations at steps 2 and 4: the resumed run logs the same eval rows (step 2's before the checkpoint)
     ["sampler=prompt-gdro", "eval.every=2", "eval.k=2", "eval.max_problems=8"],
@@ -192,16 +211,16 @@ def test_rerunning_a_completed_run_changes_nothing(tmp_path: Path):
     assert rows == [] and (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
-def test_resume_false_refuses_a_dir_with_a_checkpoint(tmp_path: Path):
-    _fit(tmp_path, [])
+def test_resume_false_refuses_a_dir_with_a_checkpoint(tmp_path: Path, finished_run):
+    run_dir = _copy_of(finished_run, tmp_path)  # a run of FAST alone, as _fit(run_dir, []) leaves it
     with pytest.raises(ConfigError, match=r"resume=false: .* holds a checkpoint \(step 2\)"):
-        build_training(compose_cfg(FAST + ["resume=false"]), tmp_path)
+        build_training(compose_cfg(FAST + ["resume=false"]), run_dir)
 
 
-def test_resume_with_a_different_config_is_refused_listing_the_differences(tmp_path: Path):
-    _fit(tmp_path, [])
+def test_resume_with_a_different_config_is_refused_listing_the_differences(tmp_path: Path, finished_run):
+    run_dir = _copy_of(finished_run, tmp_path)  # a run of FAST alone, as _fit(run_dir, []) leaves it
     with pytest.raises(ConfigError) as err:
-        build_training(compose_cfg(FAST + ["optim.lr=3e-4", "seed=5", "steps=9"]), tmp_path)
+        build_training(compose_cfg(FAST + ["optim.lr=3e-4", "seed=5", "steps=9"]), run_dir)
     msg = str(err.value)
     assert "2 key(s)" in msg and "optim.lr: 0.0001 -> 0.0003" in msg and "seed: 0 -> 5" in msg
     assert "steps" not in msg.split("key(s)")[1].replace("only steps, device, threads, lock.* and samples.* may change", "")
@@ -222,8 +241,8 @@ def test_an_earlier_run_without_checkpoint_is_kept_aside(tmp_path: Path):
     assert (tmp_path / "run.json.prev-1").is_file()
 
 
-def test_no_evaluation_when_all_three_switches_are_off(tmp_path: Path):
-    _, rows = _fit(tmp_path, ["eval.at_start=false", "eval.at_end=false", "eval.every=0"])
+def test_no_evaluation_when_all_three_switches_are_off(finished_run):
+    _, rows = finished_run  # _fit(run_dir, NO_EVAL)
     assert [r["step"] for r in rows] == [1, 2]
     assert not any(k.startswith("eval/") for r in rows for k in r)
 
