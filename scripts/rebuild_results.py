@@ -161,6 +161,11 @@ def moving_frontier_pilot() -> str:
 def report_tables(summaries: Path, options: list[str], name: str = "compute.md") -> str:
     """The tables of one gdro-report output file (``compute.md``: Holm columns and the primary endpoint's IQM and
     P(> GRPO)) for a committed summaries file and gdro-report options."""
+    return report_files(summaries, options, (name,))[0]
+
+
+def report_files(summaries: Path, options: list[str], names: tuple[str, ...]) -> list[str]:
+    """The tables of several gdro-report output files, from one gdro-report run."""
     import contextlib
     import io
     import tempfile
@@ -171,9 +176,12 @@ def report_tables(summaries: Path, options: list[str], name: str = "compute.md")
             contextlib.redirect_stderr(io.StringIO()):
         if report_main([str(summaries), *options, "--out", tmp]) != 0:
             raise SystemExit(f"rebuild_results: gdro-report {summaries} failed")
-        text = (Path(tmp) / name).read_text(encoding="utf-8")
-    kept = "\n".join(line for line in text.splitlines() if line.startswith("|") or not line.strip()).strip()
-    return re.sub(r"\n{3,}", "\n\n", kept) + "\n"
+        texts = [(Path(tmp) / name).read_text(encoding="utf-8") for name in names]
+    out = []
+    for text in texts:
+        kept = "\n".join(line for line in text.splitlines() if line.startswith("|") or not line.strip()).strip()
+        out.append(re.sub(r"\n{3,}", "\n\n", kept) + "\n")
+    return out
 
 
 def moving_frontier_learnability() -> str:
@@ -227,8 +235,8 @@ def moving_frontier() -> str:
     P(> GRPO)), against the zero-variance control, and whether its budget follows the frontier (wave.md)."""
     path = RESULTS / "moving-frontier" / "summaries.jsonl.gz"
     opts = ["--tail-levels", "8-9", "--axis", "tokens", "--primary", "area"]
-    return "\n".join([report_tables(path, opts), against_control(path, [8, 9], "zero-variance"),
-                      report_tables(path, opts, "wave.md")])
+    compute, wave = report_files(path, opts, ("compute.md", "wave.md"))  # one gdro-report run
+    return "\n".join([compute, against_control(path, [8, 9], "zero-variance"), wave])
 
 
 TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot,
