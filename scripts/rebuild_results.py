@@ -133,29 +133,41 @@ def machine() -> str:
 
 
 # ------------------------------------------------------------------------------------------ #48's pilot
-def moving_frontier_pilot() -> str:
-    """GRPO on experiment=toy-moving-frontier (candidate A), seeds 100-101: the pilot's three criteria."""
+def pilot_criteria(name: str, hard: int, k: int, model: str) -> str:
+    """A moving-frontier pilot's runs (GRPO only, seeds 100-101) and its three criteria, from its committed
+    summaries: the hardest level ``hard``'s held-out mean@``k`` at each evaluation, the pool's accbin_0 share."""
     sys.path.insert(0, str(REPO / "experiments"))
     from moving_frontier_pilot import criteria
 
     from gdro.report.summary import read_summaries as load
 
-    runs = load(RESULTS / "moving-frontier-pilot" / "summaries.jsonl.gz")[0]
-    res = [criteria(r, [9]) for r in runs]
-    lines = [("| Run | accbin_0 share: after the first pass (step 8) → step 300 | accbin_0–2 after the first pass | "
-              "L9 held-out mean@8: step 0 → final | L9 every 25 steps |"),
+    runs = load(RESULTS / name / "summaries.jsonl.gz")[0]
+    res = [criteria(r, [hard]) for r in runs]
+    last, every = res[0]["last_step"], runs[0].config["eval"]["every"]
+    lines = [(f"| Run | accbin_0 share: after the first pass (step {res[0]['epoch_step']}) → step {last} | accbin_0–2 "
+              f"after the first pass | L{hard} held-out mean@{k}: step 0 → final | L{hard} every {every} steps |"),
              "|---|---:|---:|---:|---|"]
     for r in res:
-        lines.append(f"| GRPO, seed {r['run'].rsplit('_s', 1)[-1]} | {100 * r['accbin0_start']:.1f}% → "
+        lines.append(f"| {model}, seed {r['run'].rsplit('_s', 1)[-1]} | {100 * r['accbin0_start']:.1f}% → "
                      f"{100 * r['accbin0_end']:.1f}% | {100 * r['accbin0_2_start']:.1f}% | {r['hard_step0']:.1f} → "
                      f"{r['hard_final']:.1f} | {' '.join(f'{v:.0f}' for v in r['hard_curve'])} |")
     names = {"c0_mostly_low": "0. ≥ 50% of the pool in accbin_0–2 after the first pass",
              "c1_accbin0_halves": "1. accbin_0's share at most halves by the last step",
-             "c2_hard_rises": "2. L9 ≤ 5 at step 0 and +10 points or more by the end"}
+             "c2_hard_rises": f"2. L{hard} ≤ 5 at step 0 and +10 points or more by the end"}
     lines += ["", "| Criterion (each in both runs) | holds |", "|---|---|"]
     lines += [f"| {text} | {'yes' if all(r[c] for r in res) else 'no'} ({sum(r[c] for r in res)}/{len(res)}) |"
               for c, text in names.items()]
     return "\n".join(lines) + "\n"
+
+
+def moving_frontier_pilot() -> str:
+    """GRPO on experiment=toy-moving-frontier (candidate A), seeds 100-101: the pilot's three criteria."""
+    return pilot_criteria("moving-frontier-pilot", 9, 8, "GRPO")
+
+
+def smollm2_frontier_pilot() -> str:
+    """GRPO on experiment=smollm2-frontier (candidate A, SmolLM2-135M-Instruct), seeds 100-101: its criteria."""
+    return pilot_criteria("smollm2-frontier-pilot", 4, 1, "GRPO (SmolLM2)")
 
 
 def report_tables(summaries: Path, options: list[str], name: str = "compute.md") -> str:
@@ -240,7 +252,8 @@ def moving_frontier() -> str:
 
 
 TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot,
-                                        "moving-frontier-learnability": moving_frontier_learnability}
+                                        "moving-frontier-learnability": moving_frontier_learnability,
+                                        "smollm2-frontier-pilot": smollm2_frontier_pilot}
 if (RESULTS / "moving-frontier" / "summaries.jsonl.gz").is_file():  # once the table's runs are committed
     TABLES["moving-frontier"] = moving_frontier
 BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table: (?P=name) -->", re.DOTALL)

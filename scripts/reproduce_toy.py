@@ -149,6 +149,15 @@ MOVING_FRONTIER: dict[str, list[str]] = {
     "mopps": PAPER_REGIME["mopps"],
     "mopps-decay": ["sampler=mopps", "sampler.decay=0.5", "sampler.candidate_ratio=8", "allocator=fixed"],
 }
+# --preset smollm2-frontier (issue #48 item 5): GRPO, the zero-variance control and the toy table's two best label-free
+# rows (mu-frozen Rollout-GDRO +10.6, Prompt-GDRO +6.3), without the toy's arm cap of 12: n_max stays the allocator
+# configs' default, 3 x n̄ = 24 at n̄ = 8
+SMOLLM2_FRONTIER: dict[str, list[str]] = {
+    "grpo": ALLOCATION["grpo"],
+    "zero-variance": ["sampler=uniform", "allocator=zero-variance"],
+    "rgdro-frozen": ["sampler=uniform", "allocator=rollout-gdro", "allocator.consumption=realized"],
+    "prompt-gdro": ALLOCATION["prompt-gdro"],
+}
 PRESETS: dict[str, dict] = {
     "toy": {"methods": METHODS, "base": [], "steps": 100, "seeds": [0, 1, 2], "out": "outputs/toy-repro"},
     "frontier": {"methods": FRONTIER, "extra": EXTRA, "base": ["experiment=toy-frontier"], "steps": 150,
@@ -188,6 +197,13 @@ PRESETS: dict[str, dict] = {
     "smollm2-frontier-pilot": {"methods": {"grpo": ALLOCATION["grpo"]}, "base": ["experiment=smollm2-frontier"],
                                "steps": 60, "seeds": [100, 101], "out": "outputs/smollm2-frontier-pilot/A",
                                "report": ["--tail-levels", "4", "--axis", "tokens"]},
+    # issue #48 item 5's table (docs/results.md, "On the real model: the protocol"): candidate A passed the pilot; the
+    # rows its rule fixes (the toy table's two label-free rows with the largest mean Δ area against GRPO), written here
+    # before any of its runs; every allocator row with arms [2, 24] (3 x n̄, n̄ = 8: the allocators' own default)
+    "smollm2-frontier": {"methods": SMOLLM2_FRONTIER, "base": ["experiment=smollm2-frontier"], "steps": 60,
+                         "seeds": [0, 1, 2, 3, 4], "out": "outputs/smollm2-frontier",
+                         "report": ["--tail-levels", TAIL_LEVELS["smollm2-frontier"], "--axis", "tokens",
+                                    "--primary", "area"]},
     # #31's regime (experiment=toy-curriculum, n̄ = 4): GRPO rerun (its finals must equal #31's digit for digit), and
     # the rows #31 did not have; #31's other rows are reused (unchanged code)
     "allocation-36": {"methods": {m: PAPER_REGIME[m] for m in ("grpo", VARIANT, "learnability", "mopps")},

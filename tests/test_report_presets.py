@@ -76,7 +76,7 @@ def test_each_experiment_tail_is_its_reproduce_toy_presets():
         seen.add(exp)
     assert seen == set(TAIL_LEVELS)
     assert TAIL_LEVELS == {"toy-curriculum": "7-8", "toy-frontier": "7-12", "toy-paper-regime": "7-12",
-                           "toy-moving-frontier": "8-9"}
+                           "toy-moving-frontier": "8-9", "smollm2-frontier": "2-4"}
 
 
 @pytest.mark.parametrize("experiment", sorted(TAIL_LEVELS))
