@@ -177,7 +177,8 @@ def report_tables(summaries: Path, options: list[str], name: str = "compute.md")
 
 
 def report_files(summaries: Path, options: list[str], names: tuple[str, ...]) -> list[str]:
-    """The tables of several gdro-report output files, from one gdro-report run."""
+    """The tables of several gdro-report output files, from one gdro-report run (--no-figures: the tables are the
+    same, in a fraction of the time)."""
     import contextlib
     import io
     import tempfile
@@ -186,7 +187,7 @@ def report_files(summaries: Path, options: list[str], names: tuple[str, ...]) ->
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.redirect_stdout(io.StringIO()), \
             contextlib.redirect_stderr(io.StringIO()):
-        if report_main([str(summaries), *options, "--out", tmp]) != 0:
+        if report_main([str(summaries), *options, "--no-figures", "--out", tmp]) != 0:
             raise SystemExit(f"rebuild_results: gdro-report {summaries} failed")
         texts = [(Path(tmp) / name).read_text(encoding="utf-8") for name in names]
     out = []
@@ -251,11 +252,22 @@ def moving_frontier() -> str:
     return "\n".join([compute, against_control(path, [8, 9], "zero-variance"), wave])
 
 
+def smollm2_frontier() -> str:
+    """Issue #48 item 5's table on SmolLM2-135M-Instruct: its rows against GRPO (compute.md), against the
+    zero-variance control, and the wave, as moving_frontier's, on the tail its pilot set (levels 2-4, mean@1)."""
+    path = RESULTS / "smollm2-frontier" / "summaries.jsonl.gz"
+    opts = ["--tail-levels", "2-4", "--axis", "tokens", "--primary", "area"]
+    compute, wave = report_files(path, opts, ("compute.md", "wave.md"))
+    return "\n".join([compute, against_control(path, [2, 3, 4], "uniform+zero-variance"), wave])
+
+
 TABLES: dict[str, Callable[[], str]] = {"machine": machine, "moving-frontier-pilot": moving_frontier_pilot,
                                         "moving-frontier-learnability": moving_frontier_learnability,
                                         "smollm2-frontier-pilot": smollm2_frontier_pilot}
 if (RESULTS / "moving-frontier" / "summaries.jsonl.gz").is_file():  # once the table's runs are committed
     TABLES["moving-frontier"] = moving_frontier
+if (RESULTS / "smollm2-frontier" / "summaries.jsonl.gz").is_file():
+    TABLES["smollm2-frontier"] = smollm2_frontier
 BLOCK = re.compile(r"<!-- table: (?P<name>[\w-]+) -->\n(?P<body>.*?)<!-- /table: (?P=name) -->", re.DOTALL)
 
 

@@ -7,6 +7,7 @@ for itself), and naming one by its test id (``file.py::test``) runs it. ``.ci/ru
 
 from __future__ import annotations
 
+import copy
 import os
 import sys
 
@@ -22,6 +23,7 @@ import pytest
 import torch
 from absl import logging as absl_logging
 from hydra import compose, initialize_config_dir
+from omegaconf import DictConfig, open_dict
 
 # rliable (gdro/report/stats.py) imports absl, whose logging handler keeps the sys.stderr of the moment absl loads and
 # closes it when logging shuts its handlers down, unless it is the sys.stderr of that later moment. Hydra's job
@@ -38,8 +40,12 @@ CONF = REPO / "conf"
 _THREADS = max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 torch.set_num_threads(_THREADS)
 # and the runs the tests start, in this process or as subprocesses: threads=auto honours OMP_NUM_THREADS
-# (gdro.common.threads), so a test's run does not depend on what else the machine runs at that moment
-os.environ.setdefault("OMP_NUM_THREADS", str(_THREADS))
+# (gdro.common.threads), so a test's run does not depend on what else the machine runs at that moment. A value the
+# user set is kept. pytest-xdist's workers inherit the environment of the controller, which imports this file first
+# and, as one process, would give them its 2 threads each: 4 threads on 2 cores doubled the suite's CPU time. The
+# user's own value (or none) is kept aside for them, so each worker sets its own count.
+_USER_OMP = os.environ.setdefault("GDRO_TESTS_USER_OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
+os.environ["OMP_NUM_THREADS"] = _USER_OMP or str(_THREADS)
 
 # Tests never assert on wall-clock time: hypothesis' per-example deadline (200 ms by default) is off for every test,
 # so a busy machine cannot fail one (seen in CI: an allocator property took 385 ms once, 2.7 ms on the replay).
@@ -79,10 +85,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
-def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool = False):
+# Each composition once per test process: Hydra reads and merges ~28 YAML files per compose (~0.2 s, a third of the
+# default suite's in-process time), and many tests compose the same overrides (FAST alone, a preset's method rows).
+# Composing is a pure function of conf/ (which no test writes), the overrides and, for Hydra's own node
+# (hydra.runtime.cwd), the working directory: the key. Every caller gets its own deep copy (~15 ms), so a test that
+# changes its config changes no other test's; a failed compose is not kept (it raises again). The config without
+# Hydra's node is the one with it, the node deleted: what hydra.compose(return_hydra_config=False) itself does.
+_COMPOSED: dict[tuple[tuple[str, ...], str], DictConfig] = {}
+
+
+def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool = False) -> DictConfig:
     """The composed training config, as ``gdro-train`` would see it."""
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose(config_name="train", overrides=overrides or [], return_hydra_config=return_hydra_config)
+    key = (tuple(overrides or ()), os.getcwd())
+    if key not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+            _COMPOSED[key] = compose(config_name="train", overrides=list(key[0]), return_hydra_config=True)
+    cfg = copy.deepcopy(_COMPOSED[key])
+    if not return_hydra_config:
+        with open_dict(cfg):
+            del cfg["hydra"]
+    return cfg
 
 
 # Small, fast settings for integration tests on the shipped tiny model. No evaluation (each costs ~3 training

@@ -121,6 +121,29 @@ def test_report_from_summaries_gives_the_same_wave(sweep: Path, tmp_path: Path):
     assert all(_is_png(d / n) for d in (by_dir, by_file) for n in ("wave_frontier.png", "wave_heatmap.png"))
 
 
+def test_tables_alone_write_the_same_wave_md_and_no_figure(sweep: Path, tmp_path: Path):
+    """--no-figures (what scripts/rebuild_results.py runs) keeps wave.md, to the byte, and draws nothing."""
+    tables, full = tmp_path / "tables", tmp_path / "full"
+    assert main([str(sweep), "--no-figures", "--out", str(tables)]) == 0
+    assert main([str(sweep), "--out", str(full)]) == 0
+    assert (tables / "wave.md").read_bytes() == (full / "wave.md").read_bytes()
+    assert not list(tables.glob("*.png")) and list(full.glob("wave_*.png"))
+
+
+def test_eval_rows_follow_the_rows_they_were_read_from(sweep: Path):
+    """SweepRun.eval_rows keeps its answer for one rows list at one length: a replaced or longer list is read again."""
+    run = find_runs(sweep)[0]
+    first = run.eval_rows()
+    assert first and first == [r for r in run.rows if any(k.startswith("eval/") for k in r)]
+    expected = list(first)
+    first.clear()  # the caller's copy: the run's answer is unchanged
+    assert run.eval_rows() == expected
+    run.rows = [r for r in run.rows if not any(k.startswith("eval/") for k in r)]
+    assert run.eval_rows() == []
+    run.rows.append({"step": 99, "eval/mean@4": 50.0})
+    assert run.eval_rows() == [{"step": 99, "eval/mean@4": 50.0}]
+
+
 def test_skipped_without_keys(tmp_path: Path, capsys):
     root = tmp_path / "sw"
     make_run(root, "grpo/0", "uniform", "fixed", 0, 80.0)  # no per-bin key at all

@@ -71,8 +71,8 @@ def _parser() -> _Parser:
                     help="the pre-registered primary endpoint, a column of compute.md (default: area, the area under "
                          "the held-out curve); the others are secondary; it gets the IQM and P(method > GRPO) block")
     ap.add_argument("--no-figures", action="store_true",
-                    help="the tables alone (table.md/csv, paired.md, compute.md, mechanism.md), in a fraction of the "
-                         "time: no PNG, and no paper_mechanism.md or wave.md (their text goes with their figures)")
+                    help="the tables alone (table.md/csv, paired.md, compute.md, mechanism.md, wave.md), in a "
+                         "fraction of the time: no PNG, and no paper_mechanism.md (its text goes with its figures)")
     ap.add_argument("--wandb", action="store_true",
                     help="also log the report (tables, Table 1, figures) to the sweep's W&B group (gdro/report/table1.py)")
     return ap
@@ -88,7 +88,8 @@ def _write_mechanism(runs: list[SweepRun], out: Path, figs: list[Path] | None) -
         mech_text = mechanism_markdown(mech_rows, mech_bins)
         atomic_write_text(mech_md, "Mechanism columns over each run's training steps after the unseen phase; mean "
                                    "± 95% CI over runs (gdro/report/mechanism.py).\n\n" + mech_text)
-    if figs is None:
+    if figs is None:  # the wave's table alone: it is what a reader of the tables needs to say whether budgets move
+        write_wave(runs, out, figures=False)
         return mech_md, mech_text, None
     paper_md, paper_figs, paper_skipped = write_paper_figures(runs, out)  # the paper's §7.4 figures
     figs += paper_figs

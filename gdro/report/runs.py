@@ -76,8 +76,15 @@ class SweepRun:
     def label(self) -> str:
         return f"{self.name} seed {self.seed}"
 
+    # eval_rows' answer, for the rows list it was computed from at its length (the report asks it thousands of times
+    # per run, and a training row holds ~270 keys); replacing or extending ``rows`` recomputes it
+    _eval: tuple[list[dict], int, list[dict]] | None = field(default=None, init=False, repr=False, compare=False)
+
     def eval_rows(self) -> list[dict]:
-        return [r for r in self.rows if any(METRIC_KEY.match(k) for k in r)]
+        """The rows that log a held-out ``eval/...(mean|pass)@k`` metric, in order."""
+        if self._eval is None or self._eval[0] is not self.rows or self._eval[1] != len(self.rows):
+            self._eval = (self.rows, len(self.rows), [r for r in self.rows if any(METRIC_KEY.match(k) for k in r)])
+        return list(self._eval[2])
 
     def has(self, prefix: str) -> bool:
         return any(k.startswith(prefix) for r in self.rows for k in r)

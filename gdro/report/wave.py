@@ -232,12 +232,9 @@ def fig_heatmap(sw: Sweep, path) -> bool:
     return save_figure(fig, path)
 
 
-def write_wave(runs: list[SweepRun], out_dir: str | Path) -> tuple[list[Path], list[str]]:
-    """``wave_frontier.png``, ``wave_heatmap.png`` and ``wave.md`` in ``out_dir``: (the files written, one line per
-    file skipped, saying why)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
+def write_wave(runs: list[SweepRun], out_dir: str | Path, figures: bool = True) -> tuple[list[Path], list[str]]:
+    """``wave_frontier.png``, ``wave_heatmap.png`` and ``wave.md`` in ``out_dir`` (``figures`` False: wave.md
+    alone): (the files written, one line per file skipped, saying why)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sw = collect(runs)
@@ -245,7 +242,11 @@ def write_wave(runs: list[SweepRun], out_dir: str | Path) -> tuple[list[Path], l
     no_info = no_share if not sw.groups else f"no run logs {INFO_KEY}<bin> (no frontier)"
     made, skipped = [], []
     jobs = [("wave_frontier.png", lambda p: fig_frontier(sw, method_colors(list(ordered_groups(runs))), p), no_info),
-            ("wave_heatmap.png", lambda p: fig_heatmap(sw, p), no_share)]
+            ("wave_heatmap.png", lambda p: fig_heatmap(sw, p), no_share)] if figures else []
+    if figures:
+        import matplotlib
+
+        matplotlib.use("Agg")
     for name, job, why in jobs:
         if job(out_dir / name):
             made.append(out_dir / name)
