@@ -122,12 +122,16 @@ def test_report_from_summaries_gives_the_same_wave(sweep: Path, tmp_path: Path):
 
 
 def test_tables_alone_write_the_same_wave_md_and_no_figure(sweep: Path, tmp_path: Path):
-    """--no-figures (what scripts/rebuild_results.py runs) keeps wave.md, to the byte, and draws nothing."""
-    tables, full = tmp_path / "tables", tmp_path / "full"
-    assert main([str(sweep), "--no-figures", "--out", str(tables)]) == 0
-    assert main([str(sweep), "--out", str(full)]) == 0
-    assert (tables / "wave.md").read_bytes() == (full / "wave.md").read_bytes()
-    assert not list(tables.glob("*.png")) and list(full.glob("wave_*.png"))
+    """write_wave(figures=False), which gdro-report --no-figures runs (and scripts/rebuild_results.py with it), writes
+    wave.md to the byte as with its figures, and draws nothing."""
+    runs = find_runs(sweep)
+    made, _ = write_wave(runs, tmp_path / "tables", figures=False)
+    assert [p.name for p in made] == ["wave.md"] and not list((tmp_path / "tables").glob("*.png"))
+    full, _ = write_wave(runs, tmp_path / "full")
+    assert made[0].read_bytes() == full[-1].read_bytes()
+    assert main([str(sweep), "--no-figures", "--out", str(tmp_path / "cli")]) == 0
+    assert (tmp_path / "cli" / "wave.md").read_bytes() == made[0].read_bytes()
+    assert not list((tmp_path / "cli").glob("*.png"))
 
 
 def test_eval_rows_follow_the_rows_they_were_read_from(sweep: Path):
