@@ -61,9 +61,24 @@ def _ten_bin_sweep(root: Path) -> Path:
     return root
 
 
-def test_the_two_wse_ratios_are_named_apart_and_point_to_each_other(tmp_path: Path):
-    root = _ten_bin_sweep(tmp_path / "sw")
-    assert main([str(root)]) == 0
+@pytest.fixture(scope="module")
+def ten_bin_report(tmp_path_factory) -> tuple[Path, list]:
+    """The ten-bin sweep and its whole report (figures included), made once for the tests that read it: the sweep's
+    root and every figure the report drew, kept open (as ``captured`` keeps them)."""
+    figs: list = []
+    close = plt.close
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(matplotlib.rcParams, "figure.max_open_warning", 0)
+        mp.setattr(plt, "close", lambda fig=None: figs.append(fig) if fig is not None else None)
+        root = _ten_bin_sweep(tmp_path_factory.mktemp("ten-bins") / "sw")
+        assert main([str(root)]) == 0
+    yield root, [f for f in figs if not isinstance(f, str)]
+    for fig in figs:
+        close(fig)
+
+
+def test_the_two_wse_ratios_are_named_apart_and_point_to_each_other(ten_bin_report):
+    root, _ = ten_bin_report
     mech = (root / "report" / "mechanism.md").read_text()
     paper = (root / "report" / "paper_mechanism.md").read_text()
     assert f"| {WSE_BATCH} ÷ uniform (runs < 1) |" in mech and "| Rollout-GDRO | 2 |" in mech
@@ -76,14 +91,13 @@ def test_the_two_wse_ratios_are_named_apart_and_point_to_each_other(tmp_path: Pa
         assert "| WSE ÷ uniform" not in text and "| WSE ratio |" not in text
 
 
-def test_one_high_bin_rule_in_the_markdown_and_the_macro_figure(tmp_path: Path, captured: list):
-    root = _ten_bin_sweep(tmp_path / "sw")
+def test_one_high_bin_rule_in_the_markdown_and_the_macro_figure(tmp_path: Path, captured: list, ten_bin_report):
+    root, _ = ten_bin_report
     sw = collect(find_runs(root))
     high = sw.high_bins()
     assert high == ["5", "6", "7", "8", "9"]  # pass-rate lower edge >= 0.5 of the ten bins: accbin_5+
     rule = high_rule(high)
     assert rule == "high bins: pass-rate lower edge ≥ 0.5 (bins 5, 6, 7, 8, 9)"
-    assert main([str(root)]) == 0
     paper = (root / "report" / "paper_mechanism.md").read_text()
     assert "High bins: pass-rate lower edge ≥ 0.5 (bins 5, 6, 7, 8, 9)" in paper
     # the snapshot table's data share is that of bins 5-9 (25%), its budget share theirs too
@@ -151,10 +165,8 @@ def _titles(fig) -> list:
         [fig._suptitle] if fig._suptitle is not None else [])
 
 
-def test_no_figure_title_is_cut_off(tmp_path: Path, captured: list):
-    root = _ten_bin_sweep(tmp_path / "sw")
-    assert main([str(root)]) == 0
-    figs = [f for f in captured if not isinstance(f, str)]
+def test_no_figure_title_is_cut_off(ten_bin_report):
+    _, figs = ten_bin_report
     assert len(figs) >= 10
     for fig in figs:
         fig.canvas.draw()
@@ -167,13 +179,11 @@ def test_no_figure_title_is_cut_off(tmp_path: Path, captured: list):
     assert any(t.startswith(f"{WSE_PAPER} ÷ uniform") for t in titles)
 
 
-def test_heatmap_panels_share_one_row_order(tmp_path: Path, captured: list):
+def test_heatmap_panels_share_one_row_order(ten_bin_report):
     """GRPO logs groups with gradient in bin 0 only, Rollout-GDRO in bins 0 and 2: both panels have rows 0 and 2,
     in one order, over one extent."""
-    root = _ten_bin_sweep(tmp_path / "sw")
-    assert main([str(root)]) == 0
-    fig = next(f for f in captured if not isinstance(f, str)
-               and any("share of the bin's groups with gradient" in ax.get_title() for ax in f.axes))
+    _, figs = ten_bin_report
+    fig = next(f for f in figs if any("share of the bin's groups with gradient" in ax.get_title() for ax in f.axes))
     panels = [ax for ax in fig.axes if ax.get_images()]
     assert len(panels) == 2
     labels = [[t.get_text() for t in ax.get_yticklabels()] for ax in panels]
