@@ -7,9 +7,9 @@ for itself), and naming one by its test id (``file.py::test``) runs it. ``.ci/ru
 
 from __future__ import annotations
 
-import copy
 import io
 import os
+import pickle
 import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -88,13 +88,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 # Each YAML text parsed once per test process. Hydra parses ~21 YAML files for every composition (PyYAML's pure-Python
-# scanner: 14% of the default suite's time, measured with cProfile), and the suite composes ~900 times, in its own
+# scanner: 14% of the default suite's time under cProfile), and the suite composes ~900 times, in its own
 # compose_cfg and through gdro-train's and gdro-eval's command lines, in process. ``yaml.load`` (which OmegaConf and
-# ``yaml.safe_load`` call) keeps what it parsed by loader and text, and hands each caller its own deep copy; a text
-# that fails to parse is not kept (it raises again, naming its file: the stream's name goes with the text).
+# ``yaml.safe_load`` call) keeps what it parsed by loader and text, and hands each caller its own copy (unpickled: 20x
+# faster than copy.deepcopy); a text that fails to parse is not kept (it raises again, naming its file: the stream's
+# name goes with the text).
 # Subprocesses parse as a user's run does.
 _yaml_load = yaml.load
-_PARSED: dict[tuple[str, str, str | bytes], object] = {}
+_PARSED: dict[tuple[str, str, str | bytes], bytes] = {}
 
 
 def _parsed_once(stream, Loader):
@@ -108,8 +109,8 @@ def _parsed_once(stream, Loader):
     # omegaconf builds its loader class anew on every load (get_yaml_loader): the same class by its name
     key = (Loader.__module__, Loader.__qualname__, text)
     if key not in _PARSED:
-        _PARSED[key] = _yaml_load(source, Loader=Loader)
-    return copy.deepcopy(_PARSED[key])
+        _PARSED[key] = pickle.dumps(_yaml_load(source, Loader=Loader))
+    return pickle.loads(_PARSED[key])
 
 
 yaml.load = _parsed_once
@@ -118,10 +119,11 @@ yaml.load = _parsed_once
 # Each composition once per test process: Hydra reads and merges ~28 YAML files per compose (~0.2 s, a third of the
 # default suite's in-process time), and many tests compose the same overrides (FAST alone, a preset's method rows).
 # Composing is a pure function of conf/ (which no test writes), the overrides and, for Hydra's own node
-# (hydra.runtime.cwd), the working directory: the key. Every caller gets its own deep copy (~15 ms), so a test that
-# changes its config changes no other test's; a failed compose is not kept (it raises again). The config without
-# Hydra's node is the one with it, the node deleted: what hydra.compose(return_hydra_config=False) itself does.
-_COMPOSED: dict[tuple[tuple[str, ...], str], DictConfig] = {}
+# (hydra.runtime.cwd), the working directory: the key. Every caller gets its own copy, unpickled (~1 ms; OmegaConf's
+# own deep copy takes ~15), so a test that changes its config changes no other test's; a failed compose is not kept
+# (it raises again). The config without Hydra's node is the one with it, the node deleted: what
+# hydra.compose(return_hydra_config=False) itself does.
+_COMPOSED: dict[tuple[tuple[str, ...], str], bytes] = {}
 
 
 def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool = False) -> DictConfig:
@@ -129,8 +131,9 @@ def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool
     key = (tuple(overrides or ()), os.getcwd())
     if key not in _COMPOSED:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            _COMPOSED[key] = compose(config_name="train", overrides=list(key[0]), return_hydra_config=True)
-    cfg = copy.deepcopy(_COMPOSED[key])
+            _COMPOSED[key] = pickle.dumps(compose(config_name="train", overrides=list(key[0]),
+                                                  return_hydra_config=True))
+    cfg = pickle.loads(_COMPOSED[key])
     if not return_hydra_config:
         with open_dict(cfg):
             del cfg["hydra"]
