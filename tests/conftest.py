@@ -25,7 +25,7 @@ import torch
 import yaml
 from absl import logging as absl_logging
 from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 # rliable (gdro/report/stats.py) imports absl, whose logging handler keeps the sys.stderr of the moment absl loads and
 # closes it when logging shuts its handlers down, unless it is the sys.stderr of that later moment. Hydra's job
@@ -114,6 +114,25 @@ def _parsed_once(stream, Loader):
 
 
 yaml.load = _parsed_once
+# and the config OmegaConf makes of each file's text (Hydra's FileConfigSource loads every file through it): the
+# same keeping, one level up
+_omegaconf_load = OmegaConf.load
+_LOADED: dict[str | bytes, bytes] = {}
+
+
+def _loaded_once(file_):
+    if not hasattr(file_, "read"):  # a path: OmegaConf reads the file itself
+        return _omegaconf_load(file_)
+    name, text = getattr(file_, "name", None), file_.read()
+    source = io.StringIO(text) if isinstance(text, str) else io.BytesIO(text)
+    if name is not None:
+        source.name = name
+    if text not in _LOADED:
+        _LOADED[text] = pickle.dumps(_omegaconf_load(source))
+    return pickle.loads(_LOADED[text])
+
+
+OmegaConf.load = staticmethod(_loaded_once)
 
 
 # Each composition once per test process: Hydra reads and merges ~28 YAML files per compose (~0.2 s, a third of the
