@@ -273,3 +273,24 @@ def test_real_runs_give_the_same_report_from_their_summaries(tmp_path: Path, cap
         assert f"sampler={s['choices']['sampler']}" in s["overrides"] and s["config"] == meta["config"]
         # measured: ~7.0 KB for experiment=smoke's 3 steps (a 250-step toy run: ~69 KB), 3.2 KB of it the config
         assert len(line) < 12_000, len(line)
+
+
+def test_a_summary_speaks_of_no_home_directory(tmp_path: Path, monkeypatch):
+    """A resolved config holds ``${oc.env:HOME}``'s value (model=smollm2-135m's fallback dir): the summary, which is
+    committed and shared, writes every path under the home directory from ``~``; other strings stay as they are."""
+    from gdro.report.summary import home_as_tilde
+
+    home = tmp_path / "home" / "someone"
+    monkeypatch.setenv("HOME", str(home))
+    d = make_run(tmp_path / "sw", "grpo/0", "uniform", "fixed", 0, 80.0)
+    cfg = json.loads((d / "run.json").read_text())
+    cfg["config"]["model"] = {"fallback": f"{home}/.cache/gdro/smollm2-135m-instruct", "name_or_path": "tiny"}
+    cfg["config"]["note"] = [str(home), f"{home}x/not-under-it", "relative/path"]
+    (d / "run.json").write_text(json.dumps(cfg))
+    runs, _ = scan_runs(tmp_path / "sw")
+    line = gzip.decompress(write_summaries(runs, tmp_path / "s.jsonl.gz").read_bytes()).decode()
+    assert str(home) + "/" not in line
+    summary = json.loads(line)
+    assert summary["config"]["model"]["fallback"] == "~/.cache/gdro/smollm2-135m-instruct"
+    assert summary["config"]["note"] == ["~", f"{home}x/not-under-it", "relative/path"]
+    assert home_as_tilde({"a": ["/", 1.5, None]}, home="/") == {"a": ["/", 1.5, None]}  # a root home: unchanged

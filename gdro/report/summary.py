@@ -79,9 +79,26 @@ def metrics_rows(table: Any) -> list[dict]:
     return rows
 
 
+def home_as_tilde(obj: Any, home: str | None = None) -> Any:
+    """``obj`` with every string that names a path under the user's home directory written from ``~`` (a resolved
+    config holds ``${oc.env:HOME}``'s value, e.g. model.fallback): summaries are committed and shared, and speak of no
+    machine's home."""
+    home = (home if home is not None else os.path.expanduser("~")).rstrip("/")
+    if not home:  # no home, or "/" (a root user's home on some systems): nothing to rewrite
+        return obj
+    if isinstance(obj, str):
+        return "~" + obj[len(home):] if obj == home or obj.startswith(home + "/") else obj
+    if isinstance(obj, dict):
+        return {k: home_as_tilde(v, home) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [home_as_tilde(v, home) for v in obj]
+    return obj
+
+
 def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
     """The summary of ``run`` (a run dir that loads; see the module docstring), named by its path below ``root``
-    (the sweep dir; default: the run dir's parent). :class:`UnusableRun` when its run.json cannot be read now."""
+    (the sweep dir; default: the run dir's parent), paths under the home directory written from ``~``
+    (:func:`home_as_tilde`). :class:`UnusableRun` when its run.json cannot be read now."""
     root = Path(root) if root is not None else run.path.parent
     try:
         rel = run.path.relative_to(root).as_posix()
@@ -90,7 +107,7 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
     meta = read_run_json(run.path / "run.json")
     git = meta.get("git") if isinstance(meta.get("git"), dict) else {}
     record = eval_record(run)
-    return {
+    return home_as_tilde({
         "schema": SCHEMA, "run": rel, "sweep": Path(os.path.abspath(root)).name, "method": run.method,
         "label": run.label, "seed": run.seed, "status": run.status, "problems": run.problems,
         "last_step": meta.get("last_step"), "choices": meta.get("choices"), "overrides": read_overrides(run.path),
@@ -99,7 +116,7 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
         "config": run.config,
         "evaluation": {k: record[k] for k in ("k", "metrics") if k in record} if isinstance(record, dict) else None,
         "metrics": metrics_table(run.rows),
-    }
+    })
 
 
 def _order(run: SweepRun) -> tuple:
