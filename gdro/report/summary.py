@@ -107,7 +107,7 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
     meta = read_run_json(run.path / "run.json")
     git = meta.get("git") if isinstance(meta.get("git"), dict) else {}
     record = eval_record(run)
-    return home_as_tilde({
+    summary = home_as_tilde({
         "schema": SCHEMA, "run": rel, "sweep": Path(os.path.abspath(root)).name, "method": run.method,
         "label": run.label, "seed": run.seed, "status": run.status, "problems": run.problems,
         "last_step": meta.get("last_step"), "choices": meta.get("choices"), "overrides": read_overrides(run.path),
@@ -115,8 +115,9 @@ def summarize(run: SweepRun, root: str | Path | None = None) -> dict[str, Any]:
         "machine": meta.get("machine"), "world_size": meta.get("world_size"), "data": meta.get("data"),
         "config": run.config,
         "evaluation": {k: record[k] for k in ("k", "metrics") if k in record} if isinstance(record, dict) else None,
-        "metrics": metrics_table(run.rows),
     })
+    summary["metrics"] = metrics_table(run.rows)  # numbers only: not walked for paths
+    return summary
 
 
 def _order(run: SweepRun) -> tuple:

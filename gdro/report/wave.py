@@ -241,12 +241,13 @@ def write_wave(runs: list[SweepRun], out_dir: str | Path, figures: bool = True) 
     no_share = f"no run logs {' / '.join(SHARE_KEYS)}<bin>"
     no_info = no_share if not sw.groups else f"no run logs {INFO_KEY}<bin> (no frontier)"
     made, skipped = [], []
-    jobs = [("wave_frontier.png", lambda p: fig_frontier(sw, method_colors(list(ordered_groups(runs))), p), no_info),
-            ("wave_heatmap.png", lambda p: fig_heatmap(sw, p), no_share)] if figures else []
+    jobs = []
     if figures:
         import matplotlib
 
         matplotlib.use("Agg")
+        jobs = [("wave_frontier.png", lambda p: fig_frontier(sw, method_colors(list(ordered_groups(runs))), p),
+                 no_info), ("wave_heatmap.png", lambda p: fig_heatmap(sw, p), no_share)]
     for name, job, why in jobs:
         if job(out_dir / name):
             made.append(out_dir / name)
