@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rliable import library as rly
 from rliable import metrics
 from scipy import stats
@@ -28,6 +30,8 @@ from gdro.report.stats import (
     mean_ci,
     paired_test,
     probability_of_improvement,
+    rliable_improvement,
+    rliable_iqm,
     t975,
     t_quantile,
 )
@@ -332,3 +336,22 @@ def test_primary_names_another_column_and_a_bad_one_is_one_line(sweep: Path, cap
     assert "'area', 'equal_tokens', 'equal_steps'" in err
     with pytest.raises(ValueError, match="primary must be one of"):
         compute_comparison(find_runs(sweep), "eval/mean@8", primary="reach")
+
+
+@settings(max_examples=300)
+@given(st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, 1e-9, -4.0, 7.25]) | st.floats(-1e6, 1e6), min_size=1,
+                max_size=12),
+       st.lists(st.sampled_from([0.0, 1.0, 2.5, 3.0, 1e-9, -4.0, 7.25]) | st.floats(-1e6, 1e6), min_size=1,
+                max_size=12),
+       st.integers(1, 3))
+def test_the_two_statistics_equal_rliables_to_the_bit(xs, ys, tasks):
+    """The bootstrap's statistics (gdro/report/stats.py computes them without scipy's per-call overhead) are rliable's
+    own, to the bit, on (runs × tasks) scores with ties, equal columns and any run counts."""
+    x = np.array(xs * tasks).reshape(tasks, -1).T
+    y = np.array(ys * tasks).reshape(tasks, -1).T
+    if len(xs) == len(ys) and tasks > 1:
+        y[:, -1] = x[:, -1]  # one task's columns equal (rliable's 0.5 branch), the others not
+    for s in (x, y):
+        assert rliable_iqm(s) == metrics.aggregate_iqm(s)
+    for a, b in ((x, y), (y, x), (x, x)):
+        assert rliable_improvement(a, b) == metrics.probability_of_improvement(a, b)
