@@ -19,20 +19,12 @@ os.environ.setdefault("WANDB_SILENT", "true")
 os.environ.pop("WANDB_MODE", None)
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import torch
-import yaml
-from absl import logging as absl_logging
-from hydra import compose, initialize_config_dir
-from omegaconf import DictConfig, OmegaConf, open_dict
 
-# rliable (gdro/report/stats.py) imports absl, whose logging handler keeps the sys.stderr of the moment absl loads and
-# closes it when logging shuts its handlers down, unless it is the sys.stderr of that later moment. Hydra's job
-# logging does that shut-down (logging.config.dictConfig) in every in-process gdro-train; under capsys, sys.stderr is
-# then capsys's, so absl would close pytest's own capture stream and every later test of the process would fail with
-# "I/O operation on closed file". sys.__stderr__ is never closed by it.
-absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
 
 REPO = Path(__file__).resolve().parent.parent
 CONF = REPO / "conf"
@@ -40,7 +32,6 @@ CONF = REPO / "conf"
 # one process: up to 2 threads; under pytest-xdist (the README's command: a worker per core) each worker one thread, so
 # the workers do not fight over the cores
 _THREADS = max(1, min(2, os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
-torch.set_num_threads(_THREADS)
 # and the runs the tests start, in this process or as subprocesses: threads=auto honours OMP_NUM_THREADS
 # (gdro.common.threads), so a test's run does not depend on what else the machine runs at that moment. A value the
 # user set is kept. pytest-xdist's workers inherit the environment of the controller, which imports this file first
@@ -49,12 +40,6 @@ torch.set_num_threads(_THREADS)
 _USER_OMP = os.environ.setdefault("GDRO_TESTS_USER_OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", ""))
 os.environ["OMP_NUM_THREADS"] = _USER_OMP or str(_THREADS)
 
-# Tests never assert on wall-clock time: hypothesis' per-example deadline (200 ms by default) is off for every test,
-# so a busy machine cannot fail one (seen in CI: an allocator property took 385 ms once, 2.7 ms on the replay).
-from hypothesis import settings as _hypothesis_settings
-
-_hypothesis_settings.register_profile("gdro", deadline=None)
-_hypothesis_settings.load_profile("gdro")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -92,10 +77,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # compose_cfg and through gdro-train's and gdro-eval's command lines, in process. ``yaml.load`` (which OmegaConf and
 # ``yaml.safe_load`` call) keeps what it parsed by loader and text, and hands each caller its own copy (unpickled: 20x
 # faster than copy.deepcopy); a text that fails to parse is not kept (it raises again, naming its file: the stream's
-# name goes with the text).
-# Subprocesses parse as a user's run does.
-_yaml_load = yaml.load
+# name goes with the text). OmegaConf.load keeps the config it makes of each file's text (Hydra's FileConfigSource
+# loads every file through it) the same way, one level up. Subprocesses parse as a user's run does.
 _PARSED: dict[tuple[str, str, str | bytes], bytes] = {}
+_LOADED: dict[str | bytes, bytes] = {}
 
 
 def _read(stream) -> tuple[str | bytes, io.IOBase]:
@@ -108,32 +93,59 @@ def _read(stream) -> tuple[str | bytes, io.IOBase]:
     return text, source
 
 
-def _parsed_once(stream, Loader):
-    text, source = _read(stream) if hasattr(stream, "read") else (stream, stream)
-    # omegaconf builds its loader class anew on every load (get_yaml_loader): the same class by its name
-    key = (Loader.__module__, Loader.__qualname__, text)
-    if key not in _PARSED:
-        _PARSED[key] = pickle.dumps(_yaml_load(source, Loader=Loader))
-    return pickle.loads(_PARSED[key])
+def _keep_parses() -> None:
+    import yaml
+    from omegaconf import OmegaConf
+
+    yaml_load, omegaconf_load = yaml.load, OmegaConf.load
+
+    def parsed_once(stream, Loader):
+        text, source = _read(stream) if hasattr(stream, "read") else (stream, stream)
+        # omegaconf builds its loader class anew on every load (get_yaml_loader): the same class by its name
+        key = (Loader.__module__, Loader.__qualname__, text)
+        if key not in _PARSED:
+            _PARSED[key] = pickle.dumps(yaml_load(source, Loader=Loader))
+        return pickle.loads(_PARSED[key])
+
+    def loaded_once(file_):
+        if not hasattr(file_, "read"):  # a path: OmegaConf reads the file itself
+            return omegaconf_load(file_)
+        text, source = _read(file_)
+        if text not in _LOADED:
+            _LOADED[text] = pickle.dumps(omegaconf_load(source))
+        return pickle.loads(_LOADED[text])
+
+    yaml.load = parsed_once
+    OmegaConf.load = staticmethod(loaded_once)
 
 
-yaml.load = _parsed_once
-# and the config OmegaConf makes of each file's text (Hydra's FileConfigSource loads every file through it): the
-# same keeping, one level up
-_omegaconf_load = OmegaConf.load
-_LOADED: dict[str | bytes, bytes] = {}
+def _prepare_test_process() -> None:
+    """What a process that runs tests needs: its torch threads, hypothesis' profile, absl's stream, the parse caches
+    above."""
+    import torch
+    from absl import logging as absl_logging
+    from hypothesis import settings as hypothesis_settings
+
+    torch.set_num_threads(_THREADS)
+    # Tests never assert on wall-clock time: hypothesis' per-example deadline (200 ms by default) is off for every
+    # test, so a busy machine cannot fail one (seen in CI: an allocator property took 385 ms once, 2.7 ms on the replay)
+    hypothesis_settings.register_profile("gdro", deadline=None)
+    hypothesis_settings.load_profile("gdro")
+    # rliable (gdro/report/stats.py) imports absl, whose logging handler keeps the sys.stderr of the moment absl loads
+    # and closes it when logging shuts its handlers down, unless it is the sys.stderr of that later moment. Hydra's job
+    # logging does that shut-down (logging.config.dictConfig) in every in-process gdro-train; under capsys,
+    # sys.stderr is then capsys's, so absl would close pytest's own capture stream and every later test of the process
+    # would fail with "I/O operation on closed file". sys.__stderr__ is never closed by it.
+    absl_logging.get_absl_handler().python_handler.stream = sys.__stderr__
+    _keep_parses()
 
 
-def _loaded_once(file_):
-    if not hasattr(file_, "read"):  # a path: OmegaConf reads the file itself
-        return _omegaconf_load(file_)
-    text, source = _read(file_)
-    if text not in _LOADED:
-        _LOADED[text] = pickle.dumps(_omegaconf_load(source))
-    return pickle.loads(_LOADED[text])
-
-
-OmegaConf.load = staticmethod(_loaded_once)
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist's controller (``-n N``) runs no test, it hands them to its workers: it skips the ~2 s of imports
+    # above, which come before the workers start
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        return
+    _prepare_test_process()
 
 
 # Each composition once per test process: Hydra reads and merges ~21 YAML files per compose (~0.2 s, a third of the
@@ -148,6 +160,9 @@ _COMPOSED: dict[tuple[tuple[str, ...], str], bytes] = {}
 
 def compose_cfg(overrides: list[str] | None = None, *, return_hydra_config: bool = False) -> DictConfig:
     """The composed training config, as ``gdro-train`` would see it."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import open_dict
+
     key = (tuple(overrides or ()), os.getcwd())
     if key not in _COMPOSED:
         with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
